@@ -1,0 +1,68 @@
+"""Building a solution's extensions in an isolated child, into a content-addressed cache.
+
+The build directory is keyed by the solution's source, the torch version, the device and the CUDA
+architectures, so an unchanged solution reuses its build (ninja finds nothing to do) and two
+solutions that name their extension alike never share one."""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
+from .records import CompileReply
+
+
+def source_file(code: str, original: Path, cache_dir: Path, extracted: bool) -> Path:
+    """Where the module is imported from: the file itself, or the extracted code saved by hash."""
+    if not extracted:
+        return original.resolve()
+    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+    out = cache_dir / "sources" / f"{original.stem}_{digest}.py"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        out.write_text(code)
+    return out.resolve()
+
+
+def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
+    import torch
+    key = "\n".join([code, torch.__version__, device, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+                     sys.version.split()[0]])
+    d = cache_dir / "ext" / hashlib.sha256(key.encode()).hexdigest()[:20]
+    d.mkdir(parents=True, exist_ok=True)
+    return d.resolve()
+
+
+def child_env(ext_dir: Path, device: str, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    # solutions never learn the run's secrets from the environment
+    for k in list(env):
+        if k.startswith("HARNESS_SECRET"):
+            del env[k]
+    env.update(extra or {})
+    return env
+
+
+def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,
+                     extra_env: Optional[dict[str, str]] = None) -> tuple[Optional[CompileReply], Optional[str], str]:
+    """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came."""
+    setup = {"role": "compile", "solution_path": str(module_path), "device": device}
+    w = Worker(setup, env=child_env(ext_dir, device, extra_env))
+    try:
+        try:
+            line = w.wait_json(timeout)
+            return CompileReply.model_validate_json(line), None, w.log_tail()
+        except WorkerTimeout:
+            w.kill()
+            return None, "timeout", w.log_tail()
+        except (WorkerDied, WorkerProtocolError, ValueError) as e:
+            return None, f"died: {e}", w.log_tail()
+    finally:
+        w.close()

@@ -1,0 +1,106 @@
+"""Configuration: a pydantic model with defaults in configs/default.toml, overridable by a user file
+and by command-line options. The effective config is written into every run."""
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+DEFAULT_TOML = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+class Timeouts(BaseModel):
+    compile_s: float = 300
+    load_s: float = 60
+    run_s: float = 120
+    problem_s: float = 120
+
+
+class Tolerance(BaseModel):
+    atol: float
+    rtol: float
+    rel_l2: float
+
+
+def _default_tols() -> dict[str, Tolerance]:
+    return {
+        "fp32": Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4),
+        "fp16": Tolerance(atol=1e-2, rtol=1e-2, rel_l2=5e-3),
+        "bf16": Tolerance(atol=2e-2, rtol=2e-2, rel_l2=2e-2),
+    }
+
+
+class Correctness(BaseModel):
+    trials: int = 5
+    extra_shapes: bool = True
+    tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
+
+
+class Timing(BaseModel):
+    warmup: int = 3
+    min_calls: int = 20
+    max_calls: int = 200
+    target_rel_sem: float = 0.005
+    budget_s: float = 2.0
+    flush_l2: bool = True
+    cpu_min_calls: int = 5
+    round_calls: int = 10
+
+
+class Hardening(BaseModel):
+    max_speedup: float = 50.0
+    # host-clock cross-checks (see timing.clock_checks): thresholds on the extra time per call that
+    # the candidate's events do not account for, relative to the reference's
+    gap_abs_ms: float = 0.02
+    gap_rel: float = 0.25
+    wall_abs_ms: float = 0.2
+    wall_rel: float = 0.5
+
+
+class Config(BaseModel):
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    size: Literal["auto", "full", "small"] = "auto"
+    dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    cache_dir: str = ".cache/harness"
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    correctness: Correctness = Field(default_factory=Correctness)
+    timing: Timing = Field(default_factory=Timing)
+    hardening: Hardening = Field(default_factory=Hardening)
+
+    def digest(self) -> str:
+        """Hash of everything that changes a verdict or a number (not paths)."""
+        d = self.model_dump(exclude={"cache_dir", "timeouts"})
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Config:
+    """Defaults from configs/default.toml (when present), then `path`, then `overrides` (dotted keys
+    allowed: {"timing.budget_s": 1})."""
+    data: dict[str, Any] = {}
+    if DEFAULT_TOML.exists():
+        data = tomllib.loads(DEFAULT_TOML.read_text())
+    if path:
+        data = _merge(data, tomllib.loads(Path(path).read_text()))
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return Config.model_validate(data)

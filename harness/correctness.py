@@ -1,0 +1,149 @@
+"""Judging one correctness trial, in the parent: never in a process that ran candidate code.
+
+A trial passes when the outputs have the reference's structure, exact type (`torch.Tensor`), device,
+dtype and shape, NaN/inf in the same places, and values within tolerance by two tests:
+elementwise |c - r| <= atol + rtol*|r|, and the relative L2 error ||c - r|| / ||r|| <= rel_l2. The
+second is judged against the output's own scale, so writing zeros fails a softmax whose every value
+is far below atol, and fp16 arithmetic fails an fp32 problem.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from .config import Tolerance
+from .records import TrialCheck
+
+PLAIN_TENSOR = "torch.Tensor"
+
+
+@dataclass
+class TrialData:
+    out: Any
+    inputs_after: list
+    out_meta: list[dict]
+    inputs_before: Optional[list] = None
+
+
+@dataclass
+class Verdict:
+    check: TrialCheck
+    flags: list[str] = field(default_factory=list)
+    rejected: bool = False
+
+
+def load_trial(blob: bytes) -> TrialData:
+    """weights_only: a payload can hold plain tensors and containers, nothing that runs code."""
+    rec = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    return TrialData(out=rec["out"], inputs_after=rec["inputs_after"], out_meta=rec["out_meta"],
+                     inputs_before=rec.get("inputs_before"))
+
+
+def _flatten(x) -> list:
+    if isinstance(x, (list, tuple)):
+        return [y for item in x for y in _flatten(item)]
+    return [x]
+
+
+def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance) -> tuple[bool, dict[str, float], Optional[str]]:
+    stats: dict[str, float] = {}
+    if c.shape != r.shape:
+        return False, stats, f"shape {tuple(c.shape)} != expected {tuple(r.shape)}"
+    if c.dtype != r.dtype:
+        return False, stats, f"dtype {c.dtype} != expected {r.dtype}"
+    if r.dtype == torch.bool or not (r.is_floating_point() or r.is_complex()):
+        ok = torch.equal(c, r)
+        stats.update(max_abs_diff=0.0 if ok else float((c.double() - r.double()).abs().max()),
+                     max_rel_diff=0.0 if ok else 1.0, rel_l2_diff=0.0 if ok else 1.0)
+        return ok, stats, None if ok else "integer/bool values differ"
+    cd, rd = c.double(), r.double()
+    c_nan, r_nan = torch.isnan(cd), torch.isnan(rd)
+    if not torch.equal(c_nan, r_nan):
+        return False, stats, f"NaN in {int(c_nan.sum())} places, expected {int(r_nan.sum())}"
+    c_inf, r_inf = torch.isinf(cd), torch.isinf(rd)
+    if not torch.equal(c_inf, r_inf) or not torch.equal(cd[r_inf], rd[r_inf]):
+        return False, stats, "inf in different places"
+    finite = ~(r_nan | r_inf)
+    cf, rf = cd[finite], rd[finite]
+    if rf.numel() == 0:
+        stats.update(max_abs_diff=0.0, max_rel_diff=0.0, rel_l2_diff=0.0)
+        return True, stats, None
+    diff = (cf - rf).abs()
+    ref_norm = float(rf.norm())
+    err_norm = float(diff.norm())
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+    stats.update(max_abs_diff=float(diff.max()),
+                 max_rel_diff=float((diff / (rf.abs() + tol.atol)).max()),
+                 rel_l2_diff=rel_l2)
+    bad = diff > tol.atol + tol.rtol * rf.abs()
+    if bool(bad.any()):
+        return False, stats, f"{int(bad.sum())} of {rf.numel()} values outside atol={tol.atol:g} + rtol={tol.rtol:g}*|ref|"
+    if ref_norm == 0:
+        ok = err_norm <= tol.atol * (rf.numel() ** 0.5)
+    else:
+        ok = rel_l2 <= tol.rel_l2
+    if not ok:
+        return False, stats, f"relative L2 error {rel_l2:.3g} > {tol.rel_l2:g} (judged against the output's scale)"
+    return True, stats, None
+
+
+def _inputs_equal(a: list, b: list, tol: Optional[Tolerance] = None) -> bool:
+    fa, fb = _flatten(a), _flatten(b)
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb):
+        if isinstance(y, torch.Tensor):
+            if not isinstance(x, torch.Tensor):
+                return False
+            if tol is None:
+                if not torch.equal(x, y):
+                    return False
+            elif not compare_tensors(x, y, tol)[0]:
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, tol: Tolerance) -> Verdict:
+    flags: list[str] = []
+    # form: exact torch.Tensor, same structure, same device
+    c_meta, r_meta = cand.out_meta, ref.out_meta
+    not_plain = [m["type"] for m in c_meta if m.get("type") != PLAIN_TENSOR and m.get("device") is not None]
+    if not_plain:
+        return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                  reason=f"output is {not_plain[0]}, not exactly torch.Tensor"),
+                       ["tensor_subclass"], rejected=True)
+    if len(c_meta) != len(r_meta):
+        return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                  reason=f"{len(c_meta)} outputs, expected {len(r_meta)}"))
+    for cm, rm in zip(c_meta, r_meta):
+        if cm.get("type") != rm.get("type"):
+            return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                      reason=f"output type {cm.get('type')} != expected {rm.get('type')}"))
+        if cm.get("device") != rm.get("device"):
+            return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                      reason=f"output on {cm.get('device')}, expected {rm.get('device')}"))
+    worst: dict[str, float] = {}
+    for c, r in zip(_flatten(cand.out), _flatten(ref.out)):
+        if isinstance(r, torch.Tensor):
+            ok, stats, reason = compare_tensors(c, r, tol)
+            for k, v in stats.items():
+                worst[k] = max(worst.get(k, 0.0), v)
+            if not ok:
+                return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False, reason=reason, **worst))
+        elif c != r:
+            return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                      reason=f"non-tensor output {c!r} != expected {r!r}"))
+    # inputs: a candidate may change them only the way the reference does
+    before = ref.inputs_before if ref.inputs_before is not None else ref.inputs_after
+    if not _inputs_equal(cand.inputs_after, before):
+        if not _inputs_equal(cand.inputs_after, ref.inputs_after, tol):
+            flags.append("input_mutated")
+            return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                      reason="the candidate changed its inputs (the reference does not)", **worst),
+                           flags)
+    return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=True, **worst), flags)

@@ -1,0 +1,274 @@
+"""One evaluation, end to end: `evaluate(solution, problem, config) -> EvalResult`.
+
+Read this function top to bottom to follow an evaluation:
+  1. load the solution (extract the code from a raw response) and find the problem;
+  2. build its extensions in a child (content-addressed cache, compile timeout);
+  3. candidate first: a fresh child imports the solution, builds ModelNew from the secret seed, runs
+     the correctness trials on fresh inputs, and ships the raw outputs back over a private pipe;
+  4. the reference, in another process, does the same for Model (or a batch's shared session did);
+  5. the parent judges every trial (correctness.py);
+  6. if all pass: reference and candidate are timed in alternating rounds (timing.py), every timed
+     output re-checked by fingerprint, device times cross-checked against host clocks;
+  7. the record: status, flags, speedup with its interval, statistics, environment, phase times.
+The parent never imports solution code and never touches a CUDA context a solution has touched.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import random
+import secrets
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+from . import __version__
+from .build import child_env, compile_solution, extensions_dir, source_file
+from .config import Config, Tolerance, load_config
+from .correctness import judge_trial, load_trial
+from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from .problems import Problem, find_problem
+from .records import Command, EvalResult, PhaseTimes, Status
+from .reference import ReferenceSession
+from .solutions import load_solution
+from .timing import clock_checks, measure, ratio_ci, summarize
+
+
+class Failure(Exception):
+    """Ends an evaluation with a verdict."""
+
+    def __init__(self, status: Status, error: Optional[str], flags: Optional[list[str]] = None,
+                 log: Optional[str] = None):
+        super().__init__(error)
+        self.status, self.error, self.flags, self.log = status, error, flags or [], log
+
+
+def resolve_device(cfg: Config) -> str:
+    if cfg.device != "auto":
+        if cfg.device == "cuda":
+            import torch
+            if not torch.cuda.is_available():
+                raise RuntimeError("--device cuda asked for, but no CUDA device is available")
+        return cfg.device
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_size(cfg: Config, device: str) -> str:
+    return cfg.size if cfg.size != "auto" else ("full" if device == "cuda" else "small")
+
+
+def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
+    tol = cfg.correctness.tol[dtype or meta.get("dtype", "fp32")].model_copy()
+    for k in ("atol", "rtol", "rel_l2"):
+        if meta.get(k) is not None and dtype in (None, meta.get("dtype", "fp32")):
+            setattr(tol, k, float(meta[k]))
+    return tol
+
+
+def _ask(worker: Worker, cmd: Command, timeout: float, what: str):
+    """One command to the candidate; every way it can go wrong becomes a verdict."""
+    try:
+        reply, wall = worker.request(cmd, timeout)
+    except WorkerTimeout:
+        worker.kill()
+        raise Failure(Status.timeout, f"{what} did not finish within {timeout:g} s; the process group was killed",
+                      log=worker.log_tail()) from None
+    except WorkerDied as e:
+        raise Failure(Status.runtime_error, f"{what}: the solution's process died: {describe_exit(e.returncode)}",
+                      log=worker.log_tail()) from None
+    except WorkerProtocolError as e:
+        raise Failure(Status.runtime_error, f"{what}: {e}", ["malformed_report"], log=worker.log_tail()) from None
+    if not reply.ok:
+        status = Status(reply.error_kind or "runtime_error")
+        raise Failure(status, f"{what}: {reply.error}", reply.flags, log=worker.log_tail())
+    return reply, wall
+
+
+def _wait_load(worker: Worker, timeout: float) -> None:
+    try:
+        reply = worker.wait_reply("load", timeout)
+    except WorkerTimeout:
+        worker.kill()
+        raise Failure(Status.timeout, f"importing the solution took over {timeout:g} s", log=worker.log_tail()) from None
+    except WorkerDied as e:
+        raise Failure(Status.runtime_error, f"the solution's process died while importing: {describe_exit(e.returncode)}",
+                      log=worker.log_tail()) from None
+    except WorkerProtocolError as e:
+        raise Failure(Status.runtime_error, str(e), ["malformed_report"], log=worker.log_tail()) from None
+    if not reply.ok:
+        raise Failure(Status.runtime_error, f"importing the solution failed: {reply.error}", log=worker.log_tail())
+
+
+def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], config: Optional[Config] = None, *,
+             problem_roots=None, label: Optional[str] = None,
+             reference: Optional[ReferenceSession] = None) -> EvalResult:
+    cfg = config or load_config()
+    t_start = time.perf_counter()
+    phases = PhaseTimes()
+    prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
+    res = EvalResult(problem=prob.name, solution=str(solution), status=Status.runtime_error, label=label,
+                     problem_hash=prob.source_hash, config_hash=cfg.digest(), harness_version=__version__,
+                     started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    # 1. the solution's code
+    t0 = time.perf_counter()
+    sol = load_solution(solution)
+    res.solution_hash = sol.source_hash
+    phases.extract_s = time.perf_counter() - t0
+    if sol.code is None:
+        return _finish(res, phases, t_start, Failure(Status.no_code, sol.reason))
+
+    device = reference.device if reference else resolve_device(cfg)
+    size = reference.size if reference else resolve_size(cfg, device)
+    dtype = None if cfg.dtype == "auto" else cfg.dtype
+    res.device = device
+    own_ref = reference is None
+    ref = reference or ReferenceSession(prob, cfg, device, size, dtype)
+    tol = tolerance_for(cfg, dtype, ref.meta)
+    cand: Optional[Worker] = None
+    try:
+        # 2. build, isolated, with a timeout
+        t0 = time.perf_counter()
+        cache = Path(cfg.cache_dir).resolve()
+        module = source_file(sol.code, sol.path, cache, sol.extracted)
+        ext = extensions_dir(sol.code, device, cache)
+        creply, failure, log = compile_solution(module, ext, device, cfg.timeouts.compile_s)
+        phases.compile_s = time.perf_counter() - t0
+        if failure == "timeout":
+            raise Failure(Status.timeout, f"building the solution took over {cfg.timeouts.compile_s:g} s", log=log)
+        if failure:
+            raise Failure(Status.runtime_error, f"the solution crashed while being imported for its build ({failure})", log=log)
+        if not creply.ok:
+            status = Status.runtime_error if creply.category == "import_error" else Status.compile_error
+            raise Failure(status, creply.error, log=log)
+
+        # 3. candidate first, in a fresh process
+        t0 = time.perf_counter()
+        cand = Worker(ref.setup_dict("candidate", str(module)), env=child_env(ext, device))
+        _wait_load(cand, cfg.timeouts.load_s)
+        _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
+        phases.load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
+                        cfg.timeouts.run_s, "correctness trials")
+        if len(reply.blobs) != len(ref.plan.seeds):
+            raise Failure(Status.runtime_error, "the candidate returned the wrong number of trial outputs",
+                          ["malformed_report"])
+        try:
+            cand_trials = [load_trial(b) for b in reply.blobs]
+        except Exception as e:  # a payload that is not plain tensors is a forged or corrupted report
+            raise Failure(Status.rejected, f"trial output could not be read as plain tensors: {str(e)[:300]}",
+                          ["malformed_report"]) from None
+
+        # 4. the reference, in its own process, after the candidate
+        ref.start()
+        res.env = ref.env
+
+        # 5. judge every trial here, in the parent
+        all_ok = True
+        for i, (c, r) in enumerate(zip(cand_trials, ref.trials)):
+            v = judge_trial(i, ref.plan.shape_names[i], c, r, tol)
+            res.trials.append(v.check)
+            for f in v.flags:
+                if f not in res.flags:
+                    res.flags.append(f)
+            if v.rejected:
+                raise Failure(Status.rejected, v.check.reason)
+            all_ok &= v.check.ok
+        _worst_errors(res)
+        phases.correctness_s = time.perf_counter() - t0
+        if not all_ok:
+            first = next(t for t in res.trials if not t.ok)
+            raise Failure(Status.incorrect, f"trial {first.seed_index} ({first.shape}): {first.reason}")
+        del cand_trials
+
+        # 6. timing: alternating rounds on the same device, outputs re-checked, clocks cross-checked
+        t0 = time.perf_counter()
+        try:
+            m = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,
+                        timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s)
+        except WorkerTimeout:
+            cand.kill()
+            raise Failure(Status.timeout, f"a timing round did not finish within {cfg.timeouts.run_s:g} s") from None
+        except WorkerDied as e:
+            raise Failure(Status.runtime_error, f"the solution's process died while being timed: {describe_exit(e.returncode)}",
+                          log=cand.log_tail()) from None
+        except WorkerProtocolError as e:
+            raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
+        phases.timing_s = time.perf_counter() - t0
+        if m.error:
+            raise Failure(Status.runtime_error, f"while timing: {m.error}", log=cand.log_tail())
+        if "malformed_report" in m.flags:
+            raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
+        res.timing_method = {"device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
+                             "l2_flush": cfg.timing.flush_l2 and device == "cuda", "rounds": m.rounds,
+                             "interleaved": True, "fresh_inputs_per_call": True,
+                             "warmup": cfg.timing.warmup, "target_rel_sem": cfg.timing.target_rel_sem}
+        if m.cand:
+            res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
+            res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+        if m.mismatched_calls:
+            raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
+                          "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
+        cheats = clock_checks(m, cfg)
+        if cheats:
+            raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
+                          + ", ".join(cheats), cheats)
+        res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
+        res.speedup_ci = ratio_ci(m.ref, m.cand, seed=ref.rng.getrandbits(32))
+        res.status = Status.passed
+        if res.speedup and res.speedup > cfg.hardening.max_speedup:
+            _recheck_excessive(res, cand, ref, tol, cfg)
+    except Failure as f:
+        return _finish(res, phases, t_start, f)
+    finally:
+        if cand is not None:
+            cand.close()
+        if own_ref:
+            ref.close()
+    return _finish(res, phases, t_start, None)
+
+
+def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol: Tolerance, cfg: Config) -> None:
+    """A speedup past the ceiling is re-checked on new inputs (and the extra shapes) before it is
+    reported, and flagged either way."""
+    res.flags.append("excessive_speedup")
+    rng = random.Random(secrets.randbits(64))
+    seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]
+    reply, _ = _ask(cand, Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.run_s,
+                    "re-check of an excessive speedup")
+    ref_reply, _ = ref.worker.request(Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.problem_s)
+    for i, (cb, rb) in enumerate(zip(reply.blobs, ref_reply.blobs)):
+        v = judge_trial(i, ref.plan.shape_names[i], load_trial(cb), load_trial(rb), tol)
+        if not v.check.ok:
+            raise Failure(Status.incorrect, f"re-check after a {res.speedup:.1f}x speedup failed: {v.check.reason}",
+                          ["excessive_speedup"])
+
+
+def _worst_errors(res: EvalResult) -> None:
+    for key in ("max_abs_diff", "max_rel_diff", "rel_l2_diff"):
+        vals = [getattr(t, key) for t in res.trials if getattr(t, key) is not None]
+        setattr(res, key, max(vals) if vals else None)
+
+
+def _tail_lines(text: Optional[str], n: int = 30) -> Optional[str]:
+    if not text:
+        return None
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-n:])
+
+
+def _finish(res: EvalResult, phases: PhaseTimes, t_start: float, failure: Optional[Failure]) -> EvalResult:
+    if failure is not None:
+        res.status = failure.status
+        res.error = failure.error
+        for f in failure.flags:
+            if f not in res.flags:
+                res.flags.append(f)
+        res.log_tail = _tail_lines(failure.log)
+        if failure.status != Status.passed:
+            res.speedup = None
+            res.speedup_ci = None
+    phases.total_s = time.perf_counter() - t_start
+    res.phases = phases
+    return res

@@ -1,0 +1,234 @@
+"""Running untrusted code in a child interpreter, and talking to it.
+
+Each worker is a fresh `python -m harness.worker` in its own session (process group), so a timeout
+kills everything it started. Commands go down a private pipe; replies come back up another one as
+JSON lines. The child's stdout and stderr are merged into a third pipe that a thread drains, keeping
+only the tail: a solution that prints 100 MB costs a little CPU and nothing else, and nothing printed
+is ever parsed. A reply that is missing, malformed or too large is a failure, never a pass.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import Optional
+
+from pydantic import ValidationError
+
+from .records import Command, Reply
+
+MAX_LINE_BYTES = 64 << 20
+MAX_BLOB_BYTES = 16 << 30
+LOG_TAIL_BYTES = 16 << 10
+
+
+class WorkerDied(Exception):
+    """The worker exited, or its reply channel closed, before it answered."""
+
+    def __init__(self, message: str, returncode: Optional[int]):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class WorkerProtocolError(Exception):
+    pass
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {"SIGSEGV": "segmentation fault", "SIGABRT": "aborted", "SIGKILL": "killed (out of memory?)",
+                "SIGBUS": "bus error", "SIGFPE": "floating-point exception", "SIGILL": "illegal instruction"}
+        return f"{hint.get(name, 'killed by ' + name)} ({name})"
+    return f"exit code {code}"
+
+
+class _Tail(threading.Thread):
+    """Drains a pipe and keeps the last LOG_TAIL_BYTES, counting the rest."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.chunks: deque[bytes] = deque()
+        self.kept = 0
+        self.total = 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except OSError:
+                break
+            if not data:
+                break
+            self.total += len(data)
+            self.chunks.append(data)
+            self.kept += len(data)
+            while self.kept - len(self.chunks[0]) >= LOG_TAIL_BYTES:
+                self.kept -= len(self.chunks.popleft())
+        os.close(self.fd)
+
+    def text(self) -> str:
+        data = b"".join(self.chunks)[-LOG_TAIL_BYTES:]
+        s = data.decode(errors="replace")
+        if self.total > len(data):
+            s = f"[... {self.total - len(data)} earlier bytes of output dropped ...]\n" + s
+        return s
+
+
+class Worker:
+    """One child interpreter running `harness.worker` in a given role."""
+
+    def __init__(self, setup: dict, env: Optional[dict[str, str]] = None, cwd: Optional[str] = None):
+        cmd_r, self._cmd_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        child_env = dict(os.environ if env is None else env)
+        child_env["PYTHONUNBUFFERED"] = "1"
+        child_env["HARNESS_WORKER_FDS"] = f"{cmd_r},{rep_w}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.worker"],
+            stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+            pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
+            start_new_session=True, close_fds=True,
+        )
+        for fd in (cmd_r, rep_w, out_w):
+            os.close(fd)
+        self._tail = _Tail(out_r)
+        self._tail.start()
+        self._buf = bytearray()
+        self.stopped = False
+        self._send_line(json.dumps(setup))
+
+    # -- channel ---------------------------------------------------------------------------------
+    def _send_line(self, line: str) -> None:
+        try:
+            os.write(self._cmd_w, line.encode() + b"\n")
+        except (BrokenPipeError, OSError):
+            pass  # the death shows up when we wait for the reply
+
+    def request(self, cmd: Command, timeout: float) -> tuple[Reply, float]:
+        """Send one command; wait for its reply. Returns the reply and the parent's own wall time for
+        it, measured where the child cannot reach. Binary frames that follow the reply line are in
+        `reply.blobs`."""
+        t0 = time.perf_counter()
+        self._send_line(cmd.model_dump_json())
+        reply = self.wait_reply(cmd.op, timeout, t0=t0)
+        return reply, time.perf_counter() - t0
+
+    def wait_reply(self, op: str, timeout: float, t0: Optional[float] = None) -> Reply:
+        deadline = (t0 or time.perf_counter()) + timeout
+        line = self._read_until(deadline, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
+        try:
+            reply = Reply.model_validate_json(line)
+        except ValidationError as e:
+            raise WorkerProtocolError(f"malformed reply from worker: {str(e)[:300]}") from None
+        if reply.op != op:
+            raise WorkerProtocolError(f"reply for {reply.op!r} received while waiting for {op!r}")
+        if sum(reply.blob_sizes) > MAX_BLOB_BYTES or any(n < 0 for n in reply.blob_sizes):
+            raise WorkerProtocolError("worker reply exceeds the size limit")
+        reply.blobs = [self._read_until(deadline, lambda n=n: n if len(self._buf) >= n else -1, n, exact=True)
+                       for n in reply.blob_sizes]
+        return reply
+
+    def wait_json(self, timeout: float) -> bytes:
+        """One raw reply line (the compile role answers with its own record)."""
+        return self._read_until(time.perf_counter() + timeout, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
+
+    def _read_until(self, deadline: float, ready_at, limit: int, exact: bool = False) -> bytes:
+        """Read until ready_at() >= 0 (the end offset of the frame); return the frame."""
+        while (end := ready_at()) < 0:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise WorkerTimeout()
+            ready, _, _ = select.select([self._rep_r], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            data = os.read(self._rep_r, 1 << 22)
+            if not data:
+                code = self._wait_exit(5.0)
+                raise WorkerDied(f"worker died: {describe_exit(code)}", code)
+            self._buf += data
+            if len(self._buf) > limit + (1 << 22):
+                raise WorkerProtocolError("worker reply exceeds the size limit")
+        frame = bytes(self._buf[:end])
+        del self._buf[:end if exact else end + 1]
+        return frame
+
+    def _wait_exit(self, timeout: float) -> Optional[int]:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # -- control ---------------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Stop the whole process group (SIGSTOP) while the other side is timed."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGSTOP)
+                self.stopped = True
+            except ProcessLookupError:
+                pass
+
+    def resume(self) -> None:
+        if self.stopped:
+            try:
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.stopped = False
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._wait_exit(10.0)
+
+    def close(self, grace: float = 5.0) -> None:
+        """Ask politely, then kill the whole group: nothing it started outlives it."""
+        if self.proc.poll() is None:
+            self.resume()
+            self._send_line(Command(op="exit").model_dump_json())
+            if self._wait_exit(grace) is None:
+                self.kill()
+        else:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # orphans of a dead leader
+            except (ProcessLookupError, PermissionError):
+                pass
+        for fd in (self._cmd_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._tail.join(timeout=2.0)
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self.proc.poll()
+
+    def log_tail(self) -> str:
+        return self._tail.text()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,157 @@
+"""Typed records: everything that crosses a process boundary or is written to disk.
+
+The child processes speak to the parent only through these models (JSON over a private pipe), and
+every result row on disk is an `EvalResult`. A result is data, not a dict assembled in five places.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(str, Enum):
+    passed = "passed"
+    incorrect = "incorrect"
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    no_code = "no_code"
+    interface_error = "interface_error"
+    rejected = "rejected"
+
+
+class Stats(BaseModel):
+    """Summary of timing samples, in milliseconds."""
+
+    median: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    count: int
+    rel_sem: float = Field(description="standard error of the mean over the mean")
+
+
+class EnvInfo(BaseModel):
+    """Hardware and software fingerprint written beside every number."""
+
+    device: str
+    gpu_name: Optional[str] = None
+    gpu_uuid: Optional[str] = None
+    compute_capability: Optional[str] = None
+    driver: Optional[str] = None
+    cuda: Optional[str] = None
+    torch: str
+    python: str
+    harness: str
+    hostname: str
+    cpu: Optional[str] = None
+    sm_clock_mhz: Optional[int] = None
+    mem_clock_mhz: Optional[int] = None
+    temperature_c: Optional[int] = None
+
+
+class TrialCheck(BaseModel):
+    """One correctness trial as judged by the parent."""
+
+    seed_index: int
+    shape: str = "default"
+    ok: bool
+    max_abs_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    rel_l2_diff: Optional[float] = None
+    reason: Optional[str] = None
+
+
+class PhaseTimes(BaseModel):
+    extract_s: float = 0.0
+    compile_s: float = 0.0
+    load_s: float = 0.0
+    correctness_s: float = 0.0
+    timing_s: float = 0.0
+    total_s: float = 0.0
+
+
+class EvalResult(BaseModel):
+    """The record of one evaluation: printed by `harness eval --json`, one line of results.jsonl."""
+
+    problem: str
+    solution: str
+    status: Status
+    flags: list[str] = Field(default_factory=list)
+    speedup: Optional[float] = None
+    speedup_ci: Optional[tuple[float, float]] = None
+    runtime_ms: Optional[float] = None
+    ref_runtime_ms: Optional[float] = None
+    runtime_stats: Optional[Stats] = None
+    ref_runtime_stats: Optional[Stats] = None
+    max_abs_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    rel_l2_diff: Optional[float] = None
+    trials: list[TrialCheck] = Field(default_factory=list)
+    error: Optional[str] = None
+    log_tail: Optional[str] = None
+    env: Optional[EnvInfo] = None
+    phases: PhaseTimes = Field(default_factory=PhaseTimes)
+    timing_method: dict[str, Any] = Field(default_factory=dict)
+    label: Optional[str] = None
+    solution_hash: Optional[str] = None
+    problem_hash: Optional[str] = None
+    config_hash: Optional[str] = None
+    device: Optional[str] = None
+    harness_version: Optional[str] = None
+    started_at: Optional[str] = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Messages between the parent and a worker process. The worker reads `Command`s on stdin and writes
+# `Reply`s to a private pipe; nothing it prints is ever parsed.
+
+
+class CompileReply(BaseModel):
+    kind: Literal["compile"] = "compile"
+    ok: bool
+    category: Optional[Literal["compile_error", "import_error", "needs_cuda"]] = None
+    error: Optional[str] = None
+    extensions: list[str] = Field(default_factory=list)
+    kernel_names: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Command(BaseModel):
+    """One request from the parent to a worker."""
+
+    model_config = ConfigDict(extra="forbid")
+    op: Literal["load", "build", "trials", "time", "exit"]
+    # build
+    init_seed: Optional[int] = None
+    # trials: each (seed, shape overrides) -> outputs sent back as binary frames
+    seeds: list[int] = Field(default_factory=list)
+    shapes: list[dict[str, Any]] = Field(default_factory=list)
+    # time
+    warmup: int = 0
+    calls: int = 0
+    flush_l2: bool = True
+    sample_positions: int = 64
+
+
+class Reply(BaseModel):
+    """A worker's answer to one command."""
+
+    op: str
+    ok: bool
+    error_kind: Optional[Literal["interface_error", "runtime_error", "rejected"]] = None
+    error: Optional[str] = None
+    flags: list[str] = Field(default_factory=list)
+    # load
+    env: Optional[EnvInfo] = None
+    # time: per-call device time (ms), per-call host time to device-idle (ms), output fingerprints
+    times_ms: list[float] = Field(default_factory=list)
+    host_ms: list[float] = Field(default_factory=list)
+    fingerprints: list[list[float]] = Field(default_factory=list)
+    kernels_seen: list[str] = Field(default_factory=list)
+    # sizes of the binary frames (torch.save payloads) that follow this line on the channel
+    blob_sizes: list[int] = Field(default_factory=list)
+    blobs: list[bytes] = Field(default_factory=list, exclude=True)

@@ -1,0 +1,128 @@
+"""The reference side of an evaluation: the problem's `Model` in a process of its own.
+
+A `ReferenceSession` holds one live reference worker for one problem on one device, the run's secret
+seeds, and the reference's trial outputs (kept in the parent's memory, never in a file a candidate
+could read). A batch reuses one session for every solution of a problem; `harness eval` makes one.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .build import child_env
+from .config import Config
+from .correctness import TrialData, load_trial
+from .isolation import Worker
+from .problems import Problem
+from .records import Command, EnvInfo
+
+
+class ReferenceError(RuntimeError):
+    """The problem itself failed: not the solution's fault, and no verdict for it."""
+
+
+@dataclass
+class TrialPlan:
+    init_seed: int
+    seeds: list[int]
+    shapes: list[dict[str, Any]]
+    shape_names: list[str]
+
+
+def make_plan(rng: random.Random, trials: int, extra_shapes: list[dict[str, Any]]) -> TrialPlan:
+    seeds, shapes, names = [], [], []
+    for _ in range(trials):
+        seeds.append(rng.getrandbits(62))
+        shapes.append({})
+        names.append("default")
+    for s in extra_shapes:
+        seeds.append(rng.getrandbits(62))
+        shapes.append(dict(s))
+        names.append(",".join(f"{k}={v}" for k, v in s.items()))
+    return TrialPlan(init_seed=rng.getrandbits(62), seeds=seeds, shapes=shapes, shape_names=names)
+
+
+def read_meta(problem: Problem) -> dict[str, Any]:
+    """HARNESS_META read without importing the problem (the parent imports no problem code)."""
+    import ast
+    try:
+        tree = ast.parse(problem.text)
+    except SyntaxError:
+        return {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HARNESS_META" for t in node.targets):
+            try:
+                return dict(ast.literal_eval(node.value))
+            except (ValueError, SyntaxError):
+                return {}
+    return {}
+
+
+@dataclass
+class ReferenceSession:
+    problem: Problem
+    cfg: Config
+    device: str
+    size: str
+    dtype: Optional[str]
+    rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(128)))
+    plan: Optional[TrialPlan] = None
+    trials: Optional[list[TrialData]] = None
+    env: Optional[EnvInfo] = None
+    worker: Optional[Worker] = None
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        meta = read_meta(self.problem)
+        extra = meta.get("extra_shapes", []) if self.cfg.correctness.extra_shapes else []
+        self.meta = meta
+        self.plan = make_plan(self.rng, self.cfg.correctness.trials, extra)
+
+    def setup_dict(self, role: str, solution_path: Optional[str] = None) -> dict[str, Any]:
+        return {"role": role, "problem_path": str(self.problem.path), "solution_path": solution_path,
+                "device": self.device, "size": self.size, "dtype": self.dtype}
+
+    def start(self) -> None:
+        """Spawn the reference, build Model, compute the trial outputs once."""
+        import time
+        if self.worker is not None:
+            return
+        t0 = time.perf_counter()
+        to = self.cfg.timeouts.problem_s
+        env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
+                        {"HARNESS_NONDUMPABLE": "1"})
+        self.worker = Worker(self.setup_dict("reference"), env=env)
+        try:
+            load = self.worker.wait_reply("load", to)
+            if not load.ok:
+                raise ReferenceError(f"problem {self.problem.name} failed to load: {load.error}")
+            self.env = load.env
+            reply, _ = self.worker.request(Command(op="build", init_seed=self.plan.init_seed), to)
+            if not reply.ok:
+                raise ReferenceError(f"problem {self.problem.name}: Model failed to build: {reply.error}")
+            reply, _ = self.worker.request(Command(op="trials", seeds=self.plan.seeds, shapes=self.plan.shapes), to)
+            if not reply.ok:
+                raise ReferenceError(f"problem {self.problem.name}: reference forward failed: {reply.error}")
+            self.trials = [load_trial(b) for b in reply.blobs]
+        except ReferenceError:
+            self.close()
+            raise
+        except Exception as e:
+            tail = self.worker.log_tail()[-2000:] if self.worker else ""
+            self.close()
+            raise ReferenceError(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
+        self.seconds = time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def __enter__(self) -> "ReferenceSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,236 @@
+"""The timing loop, in two halves.
+
+Child side (`time_calls`): one timed call per seed, each on fresh inputs generated from that seed in
+fresh buffers, L2 flushed before the call (outside the measured interval), CUDA events around the call,
+then a device-wide synchronize so work on any stream has finished before the output is fingerprinted.
+
+Parent side (`measure`): reference and candidate alternate in rounds on the same GPU, using the same
+secret seeds, so clock and thermal drift cancel in the ratio; the candidate's process group is stopped
+while the reference is timed. Sampling stops adaptively once the standard error of the mean is under a
+target for both sides (or a budget runs out). Every timed output's fingerprint is compared with the
+reference's for the same seed, and the reported device times are checked against the host clocks.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# --------------------------------------------------------------------------------------------------
+# Child side
+
+
+def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
+    """Per output tensor: [numel, sum, abs-sum, L2 norm, a random +-1 projection, k, k values at
+    positions]; the signs and positions come from the call's seed, so a stale or cached output cannot
+    match the reference's fingerprint for these inputs."""
+    tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+    fp: list[float] = []
+    rng = random.Random(seed)
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        n = flat.numel()
+        k = min(npos, n)
+        d = flat.double()
+        gen = torch.Generator(device=flat.device).manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
+        signs = torch.randint(0, 2, (n,), generator=gen, device=flat.device, dtype=torch.int8)
+        proj = torch.where(signs.bool(), d, -d).sum()
+        pos = torch.tensor([rng.randrange(n) for _ in range(k)], dtype=torch.long, device=flat.device)
+        head = torch.stack([d.sum(), d.abs().sum(), d.norm(), proj]) if n else torch.zeros(4, dtype=torch.float64)
+        fp += [float(n)] + head.cpu().tolist() + [float(k)] + (d[pos].cpu().tolist() if k else [])
+    return fp
+
+
+def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int) -> dict[str, list]:
+    torch = runner.torch
+    cuda = runner.device == "cuda"
+    times: list[float] = []
+    host: list[float] = []
+    fps: list[list[float]] = []
+    flush = None
+    if cuda and flush_l2:
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
+        flush = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+    start = torch.cuda.Event(enable_timing=True) if cuda else None
+    end = torch.cuda.Event(enable_timing=True) if cuda else None
+    with torch.no_grad():
+        for k in range(warmup):
+            runner.forward(runner.make_inputs(seeds[0] ^ (0x5EED + k)))
+        if cuda:
+            torch.cuda.synchronize()
+        for seed in seeds:
+            inputs = runner.make_inputs(seed)
+            if flush is not None:
+                flush.zero_()
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if cuda:
+                start.record()
+                out = runner.forward(inputs)
+                end.record()
+                torch.cuda.synchronize()  # device-wide: side streams included
+            else:
+                out = runner.forward(inputs)
+            t1 = time.perf_counter()
+            host.append((t1 - t0) * 1e3)
+            times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
+            fps.append(_fingerprint(torch, out, seed, npos))
+            del out, inputs
+    return {"times_ms": times, "host_ms": host, "fingerprints": fps}
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side: statistics
+
+
+def summarize(samples: list[float]):
+    from .records import Stats
+    n = len(samples)
+    mean = statistics.fmean(samples)
+    std = statistics.stdev(samples) if n > 1 else 0.0
+    return Stats(median=statistics.median(samples), mean=mean, std=std, min=min(samples), max=max(samples),
+                 count=n, rel_sem=(std / math.sqrt(n) / mean) if n > 1 and mean > 0 else float("inf"))
+
+
+def ratio_ci(ref: list[float], cand: list[float], iters: int = 400, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(ref) / median(cand)."""
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(iters):
+        r = statistics.median(rng.choices(ref, k=len(ref)))
+        c = statistics.median(rng.choices(cand, k=len(cand)))
+        ratios.append(r / c if c > 0 else float("inf"))
+    ratios.sort()
+    return ratios[int(0.025 * iters)], ratios[int(0.975 * iters) - 1]
+
+
+def _close(x: float, y: float, tol: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return abs(x - y) <= tol
+
+
+def fingerprints_match(a: list[float], b: list[float], tol) -> bool:
+    """Compare a candidate's fingerprint `a` with the reference's `b` (see _fingerprint).
+    Elementwise |c - r| <= atol + rtol*|r| bounds a sum's error by numel*atol + rtol*abs-sum;
+    ||c - r|| <= rel_l2*||r|| bounds the norms' difference by the same (triangle inequality) and a
+    random-sign projection of the error by a few times that."""
+    if len(a) != len(b):
+        return False
+    i = 0
+    while i < len(b):
+        n, k = b[i], int(b[i + 5])
+        if a[i] != n or int(a[i + 5]) != k:
+            return False
+        bound_sum = n * tol.atol + tol.rtol * abs(b[i + 2])
+        bound_l2 = tol.rel_l2 * abs(b[i + 3]) + 1e-12
+        if not (_close(a[i + 1], b[i + 1], bound_sum) and _close(a[i + 2], b[i + 2], bound_sum)
+                and _close(a[i + 3], b[i + 3], bound_l2) and _close(a[i + 4], b[i + 4], 6 * bound_l2)):
+            return False
+        for x, y in zip(a[i + 6:i + 6 + k], b[i + 6:i + 6 + k]):
+            if not _close(x, y, tol.atol + tol.rtol * abs(y)):
+                return False
+        i += 6 + k
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side: interleaved rounds
+
+
+@dataclass
+class Measurement:
+    cand: list[float] = field(default_factory=list)
+    ref: list[float] = field(default_factory=list)
+    cand_host: list[float] = field(default_factory=list)
+    ref_host: list[float] = field(default_factory=list)
+    cand_wall_ms: float = 0.0
+    ref_wall_ms: float = 0.0
+    mismatched_calls: int = 0
+    rounds: int = 0
+    flags: list[str] = field(default_factory=list)
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+
+def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
+            ref_timeout: float) -> Measurement:
+    """Alternate candidate and reference rounds until both are stable or the budget is spent.
+    `cand` and `ref` are isolation.Worker objects that have built their models."""
+    from .records import Command
+    t = cfg.timing
+    m = Measurement()
+    t_start = time.perf_counter()
+    round_calls = max(2, t.round_calls)
+    min_calls = t.min_calls if cuda else t.cpu_min_calls
+    warm = True
+    while True:
+        seeds = [rng.getrandbits(62) for _ in range(round_calls)]
+        cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2)
+        c_reply, c_wall = cand.request(cmd, timeout)
+        if not c_reply.ok:
+            m.error = c_reply.error
+            m.flags.append(c_reply.error_kind or "runtime_error")
+            break
+        cand.pause()
+        try:
+            r_reply, r_wall = ref.request(cmd, ref_timeout)
+        finally:
+            cand.resume()
+        if not r_reply.ok:
+            raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+        if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
+            m.flags.append("malformed_report")
+            break
+        for cf, rf in zip(c_reply.fingerprints, r_reply.fingerprints):
+            if not fingerprints_match(cf, rf, tol):
+                m.mismatched_calls += 1
+        m.rounds += 1
+        if warm:  # the first round's wall includes warm-up; keep its samples out of everything
+            warm = False
+            continue
+        m.cand += c_reply.times_ms
+        m.ref += r_reply.times_ms
+        m.cand_host += c_reply.host_ms
+        m.ref_host += r_reply.host_ms
+        m.cand_wall_ms += c_wall * 1e3
+        m.ref_wall_ms += r_wall * 1e3
+        n = len(m.cand)
+        elapsed = time.perf_counter() - t_start
+        if n >= min_calls:
+            stable = summarize(m.cand).rel_sem < t.target_rel_sem and summarize(m.ref).rel_sem < t.target_rel_sem
+            if stable or n >= t.max_calls or elapsed > 2 * t.budget_s:
+                break
+    m.seconds = time.perf_counter() - t_start
+    return m
+
+
+def clock_checks(m: Measurement, cfg) -> list[str]:
+    """Reported device times against host clocks. Reference and candidate pay the same harness
+    overhead per call (input generation, flush, fingerprint), so the reference calibrates it."""
+    flags = []
+    if not m.cand or not m.ref:
+        return flags
+    h = cfg.hardening
+    med_c = statistics.median(m.cand)
+    # per call: host time to device-idle minus device time; side-stream work and work finished by
+    # threads after forward returns show up here, not in the events
+    gap_c = statistics.median([hh - tt for hh, tt in zip(m.cand_host, m.cand)])
+    gap_r = statistics.median([hh - tt for hh, tt in zip(m.ref_host, m.ref)])
+    if gap_c - gap_r > max(h.gap_abs_ms, h.gap_rel * med_c):
+        flags.append("unsynced_stream")
+    # per round: the parent's own wall clock, which the candidate cannot reach
+    n_c, n_r = len(m.cand), len(m.ref)
+    over_r = (m.ref_wall_ms - sum(m.ref)) / n_r
+    unexplained = (m.cand_wall_ms - sum(m.cand)) / n_c - over_r
+    if sum(m.cand) > m.cand_wall_ms:
+        flags.append("impossible_timing")
+    elif unexplained > max(h.wall_abs_ms, h.wall_rel * med_c):
+        flags.append("timer_mismatch")
+    return flags

@@ -1,0 +1,392 @@
+"""The child side: runs in a fresh interpreter (`python -m harness.worker`), one role per process.
+
+- `compile`: executes the solution module once so its `load_inline` calls build into the
+  content-addressed extension directory; reports build errors with the compiler's own lines.
+- `candidate`: imports the (already built) solution, builds `ModelNew`, runs correctness trials and
+  timing calls on command.
+- `reference`: the same for the problem's `Model`. Never in the same process as a candidate.
+
+Nothing here compares outputs or reduces timings into statistics: the parent does that, so a solution
+that patches torch, numpy or this module changes nothing but its own raw data, which the parent checks
+against the reference and its own clock.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import random
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Optional
+
+MB = 1 << 20
+
+
+def _channel() -> tuple[Any, int]:
+    cmd_fd, rep_fd = (int(x) for x in os.environ.pop("HARNESS_WORKER_FDS").split(","))
+    return os.fdopen(cmd_fd, "r"), rep_fd
+
+
+def _send(rep_fd: int, obj: Any) -> None:
+    _write_all(rep_fd, (obj.model_dump_json() if hasattr(obj, "model_dump_json") else json.dumps(obj)).encode() + b"\n")
+
+
+def _write_all(rep_fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(rep_fd, view)
+        view = view[n:]
+
+
+def _short_exc(e: BaseException) -> str:
+    msg = f"{type(e).__name__}: {e}".strip()
+    return msg if len(msg) < 4000 else msg[:4000] + " ..."
+
+
+def _frames(e: BaseException, filename_hint: str) -> str:
+    """The traceback lines that point into the user's file, so the error is actionable."""
+    tb = traceback.extract_tb(e.__traceback__)
+    mine = [f"  line {f.lineno}: {f.line}" for f in tb if filename_hint in (f.filename or "")]
+    return ("\n" + "\n".join(mine[-3:])) if mine else ""
+
+
+# --------------------------------------------------------------------------------------------------
+# Environment fingerprint
+
+def fingerprint(device: str) -> dict[str, Any]:
+    import torch
+
+    from . import __version__
+    env: dict[str, Any] = {
+        "device": device, "torch": torch.__version__, "python": platform.python_version(),
+        "harness": __version__, "hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu_name=props.name, compute_capability=f"{props.major}.{props.minor}",
+                   cuda=torch.version.cuda, gpu_uuid=str(getattr(props, "uuid", "")) or None)
+        env.update(_nvml_state())
+    return env
+
+
+def _nvml_state() -> dict[str, Any]:
+    try:
+        import pynvml  # nvidia-ml-py
+        pynvml.nvmlInit()
+        idx = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
+        h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+        return {
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+        }
+    except Exception:
+        return {}
+
+
+# --------------------------------------------------------------------------------------------------
+# compile role
+
+class NeedsCuda(RuntimeError):
+    pass
+
+
+def run_compile(setup: dict, rep_fd: int) -> None:
+    """Execute the solution module with load_inline wrapped, so that build failures are told apart
+    from other import errors and a CUDA build on a machine without CUDA fails in one clear line."""
+    import torch
+    import torch.utils.cpp_extension as cpp
+
+    from .records import CompileReply
+    from .kernels import kernel_names
+
+    t0 = time.perf_counter()
+    built: list[str] = []
+    kernels: list[str] = []
+    failure: dict[str, str] = {}
+    real_inline, real_load = cpp.load_inline, cpp.load
+    has_cuda = torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST"))
+
+    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        if cuda_sources and not has_cuda:
+            failure["category"] = "needs_cuda"
+            raise NeedsCuda(f"extension {name!r} has cuda_sources but no CUDA device is available here "
+                            f"(torch {torch.__version__}); run it on a GPU machine")
+        kernels.extend(kernel_names(cuda_sources))
+        try:
+            mod = real_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+        except Exception:
+            failure.setdefault("category", "compile_error")
+            raise
+        built.append(name)
+        return mod
+
+    def load(name, sources, *args, **kwargs):
+        if any(str(s).endswith(".cu") for s in ([sources] if isinstance(sources, str) else sources)) and not has_cuda:
+            failure["category"] = "needs_cuda"
+            raise NeedsCuda(f"extension {name!r} has .cu sources but no CUDA device is available here")
+        try:
+            mod = real_load(name, sources, *args, **kwargs)
+        except Exception:
+            failure.setdefault("category", "compile_error")
+            raise
+        built.append(name)
+        return mod
+
+    cpp.load_inline, cpp.load = load_inline, load
+    path = setup["solution_path"]
+    try:
+        source = open(path).read()
+        code = compile(source, path, "exec")
+    except SyntaxError as e:
+        _send(rep_fd, CompileReply(ok=False, category="compile_error",
+                                   error=f"SyntaxError in solution, line {e.lineno}: {e.msg}",
+                                   seconds=time.perf_counter() - t0))
+        return
+    try:
+        from .problems import import_file
+        import_file(path, "solution_module")
+    except BaseException as e:  # noqa: BLE001 - anything the module raises is the solution's
+        category = failure.get("category", "import_error")
+        msg = compiler_errors(str(e)) if category == "compile_error" else _short_exc(e) + _frames(e, path)
+        if category == "needs_cuda":
+            msg = str(e)
+        _send(rep_fd, CompileReply(ok=False, category=category, error=msg, extensions=built,
+                                   seconds=time.perf_counter() - t0))
+        return
+    del code
+    _send(rep_fd, CompileReply(ok=True, extensions=built, kernel_names=sorted(set(kernels)),
+                               seconds=time.perf_counter() - t0))
+
+
+def compiler_errors(text: str, limit: int = 40) -> str:
+    """The compiler's own error lines out of torch's 'Error building extension' message."""
+    lines = text.splitlines()
+    head = lines[0] if lines else "build failed"
+    keep = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("ninja:")
+            and "Error building extension" not in ln]
+    if not keep:
+        keep = lines[-limit:]
+    return head.split(":")[0] + ":\n" + "\n".join(keep[:limit])
+
+
+# --------------------------------------------------------------------------------------------------
+# candidate / reference roles
+
+class Runner:
+    def __init__(self, setup: dict):
+        import torch
+
+        from .problems import apply_sizes, import_file, meta
+
+        self.torch = torch
+        self.setup = setup
+        self.role = setup["role"]
+        self.device = setup["device"]
+        self.problem = import_file(setup["problem_path"], "problem_module")
+        self.meta = meta(self.problem)
+        if setup.get("size") == "small":
+            apply_sizes(self.problem, self.meta.get("small", {}))
+        self.base_sizes = {k: getattr(self.problem, k) for k in _shape_keys(self.meta) if hasattr(self.problem, k)}
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.get("dtype") or "")
+        self.model = None
+        self.cls = None
+        if self.role == "candidate":
+            self._poison()
+            sol = import_file(setup["solution_path"], "solution_module")
+            self.cls = getattr(sol, "ModelNew", None)
+        else:
+            self.cls = getattr(self.problem, "Model", None)
+
+    def _poison(self) -> None:
+        """Fill memory the candidate might inherit with NaN: a kernel that returns torch.empty()
+        without writing it reads NaN, never a stale answer. (Separate processes already keep the
+        reference's outputs out of reach; this covers the candidate's own earlier calls too.)"""
+        torch = self.torch
+        if self.device == "cuda":
+            free, _ = torch.cuda.mem_get_info()
+            n = max(min(int(free * 0.25), 8 << 30) // 4, 1)
+            blk = torch.full((n,), float("nan"), device="cuda")
+            torch.cuda.synchronize()
+            del blk  # stays in the caching allocator, NaN-filled, for the candidate's allocations
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def make_inputs(self, seed: int, shape: Optional[dict] = None) -> list:
+        torch = self.torch
+        from .problems import apply_sizes
+        apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
+        with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
+            torch.manual_seed(seed)
+            # Generating on the device gives fresh values in fresh buffers at GPU speed.
+            with torch.device(self.device):
+                inputs = list(self.problem.get_inputs())
+        return [self._cast(x) for x in inputs]
+
+    def _cast(self, x):
+        torch = self.torch
+        if isinstance(x, torch.Tensor):
+            x = x.to(self.device)
+            if self.dtype is not None and x.is_floating_point():
+                x = x.to(self.dtype)
+        return x
+
+    # -- commands --------------------------------------------------------------------------------
+    def build(self, init_seed: int) -> None:
+        torch = self.torch
+        from .problems import apply_sizes
+        if self.cls is None:
+            raise InterfaceError("solution defines no class ModelNew" if self.role == "candidate"
+                                 else "problem defines no class Model")
+        apply_sizes(self.problem, self.base_sizes)
+        torch.manual_seed(init_seed)
+        init_inputs = list(self.problem.get_init_inputs())
+        try:
+            model = self.cls(*init_inputs)
+        except TypeError as e:
+            raise InterfaceError(f"ModelNew cannot be built from get_init_inputs(): {e}") from None
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+            if self.dtype is not None:
+                model = model.to(self.dtype)
+            model.train(bool(self.meta.get("train", True)))
+        self.model = model
+
+    def forward(self, inputs: list):
+        try:
+            return self.model(*inputs)
+        except TypeError as e:
+            if "positional argument" in str(e) or "forward()" in str(e):
+                raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
+            raise
+
+    def trials(self, seeds: list[int], shapes: list[dict]) -> list[bytes]:
+        """Run one forward per seed on fresh inputs; return each trial as a torch.save payload
+        (outputs, inputs after the call, and for the reference the pristine inputs)."""
+        torch = self.torch
+        blobs = []
+        for i, seed in enumerate(seeds):
+            shape = shapes[i] if i < len(shapes) else {}
+            inputs = self.make_inputs(seed, shape)
+            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
+            with torch.no_grad():
+                out = self.forward(inputs)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            record = {"out": _to_cpu(torch, out), "inputs_after": _to_cpu(torch, inputs),
+                      "out_meta": _out_meta(torch, out)}
+            if pristine is not None:
+                record["inputs_before"] = _to_cpu(torch, pristine)
+            buf = io.BytesIO()
+            torch.save(record, buf)
+            blobs.append(buf.getvalue())
+            del out, inputs, pristine
+        return blobs
+
+    def time(self, seeds: list[int], warmup: int, flush_l2: bool, npos: int) -> dict[str, list]:
+        from .timing import time_calls
+        return time_calls(self, seeds, warmup=warmup, flush_l2=flush_l2, npos=npos)
+
+
+class InterfaceError(Exception):
+    pass
+
+
+def _shape_keys(meta: dict) -> set:
+    keys = set(meta.get("small", {}))
+    for s in meta.get("extra_shapes", []) or []:
+        keys |= set(s)
+    return keys
+
+
+def _to_cpu(torch, obj):
+    if isinstance(obj, torch.Tensor):
+        # .as_subclass strips any subclass so the parent can load it with weights_only; the type
+        # itself is reported separately and judged by the parent.
+        return obj.detach().as_subclass(torch.Tensor).to("cpu", copy=True)
+    if isinstance(obj, (list, tuple)):
+        return [_to_cpu(torch, o) for o in obj]
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return obj
+    return repr(type(obj))
+
+
+def _out_meta(torch, obj) -> list[dict]:
+    """What the parent needs to judge the output's form: exact type, device, dtype, shape."""
+    if isinstance(obj, (list, tuple)):
+        return [m for o in obj for m in _out_meta(torch, o)]
+    t = type(obj)
+    meta = {"type": f"{t.__module__}.{t.__qualname__}"}
+    if isinstance(obj, torch.Tensor):
+        meta.update(device=obj.device.type, dtype=str(obj.dtype), shape=list(obj.shape))
+    return [meta]
+
+
+def serve(setup: dict, cmd_in, rep_fd: int) -> None:
+    from .records import Command, Reply
+
+    try:
+        runner = Runner(setup)
+        _send(rep_fd, Reply(op="load", ok=True, env=fingerprint(setup["device"])))
+    except BaseException as e:  # noqa: BLE001
+        _send(rep_fd, Reply(op="load", ok=False, error_kind="runtime_error",
+                            error=_short_exc(e) + _frames(e, setup.get("solution_path") or setup["problem_path"])))
+        return
+    for line in cmd_in:
+        cmd = Command.model_validate_json(line)
+        if cmd.op == "exit":
+            return
+        try:
+            if cmd.op == "build":
+                runner.build(cmd.init_seed or 0)
+                reply = Reply(op="build", ok=True)
+            elif cmd.op == "trials":
+                blobs = runner.trials(cmd.seeds, cmd.shapes)
+                reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs])
+                reply.blobs = blobs
+            elif cmd.op == "time":
+                res = runner.time(cmd.seeds, cmd.warmup, cmd.flush_l2, cmd.sample_positions)
+                reply = Reply(op="time", ok=True, **res)
+            else:
+                reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
+        except InterfaceError as e:
+            reply = Reply(op=cmd.op, ok=False, error_kind="interface_error", error=str(e))
+        except BaseException as e:  # noqa: BLE001
+            reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error",
+                          error=_short_exc(e) + _frames(e, setup.get("solution_path") or "problem_module"))
+        _send(rep_fd, reply)
+        for blob in reply.blobs:
+            _write_all(rep_fd, blob)
+        if not reply.ok:
+            return  # a failed candidate may hold a poisoned CUDA context: never reuse it
+
+
+def set_nondumpable() -> None:
+    """Other processes of this user (a candidate) cannot read this one's memory or file descriptors
+    through /proc or ptrace once it is not dumpable (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:
+        pass
+
+
+def main() -> None:
+    if os.environ.pop("HARNESS_NONDUMPABLE", None):
+        set_nondumpable()
+    cmd_in, rep_fd = _channel()
+    setup = json.loads(cmd_in.readline())
+    if setup.get("role") == "compile":
+        run_compile(setup, rep_fd)
+    else:
+        serve(setup, cmd_in, rep_fd)
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: extension destructors may crash after a CUDA fault
+
+
+if __name__ == "__main__":
+    main()
