@@ -48,6 +48,7 @@ class Timing(BaseModel):
     budget_s: float = 2.0
     flush_l2: bool = True
     cpu_min_calls: int = 5
+    cpu_threads: int = 1
     round_calls: int = 10
 
 
@@ -57,7 +58,7 @@ class Hardening(BaseModel):
     # the candidate's events do not account for, relative to the reference's
     gap_abs_ms: float = 0.02
     gap_rel: float = 0.25
-    wall_abs_ms: float = 0.2
+    wall_abs_ms: float = 0.05
     wall_rel: float = 0.5
 
 

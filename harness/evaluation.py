@@ -30,6 +30,7 @@ from .problems import Problem, find_problem
 from .records import Command, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
 from .solutions import load_solution
+from .static_checks import check_source
 from .timing import clock_checks, measure, ratio_ci, summarize
 
 
@@ -117,6 +118,11 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     phases.extract_s = time.perf_counter() - t0
     if sol.code is None:
         return _finish(res, phases, t_start, Failure(Status.no_code, sol.reason))
+    static = check_source(sol.code)
+    res.flags += static.flags
+    if static.rejected:
+        why = "; ".join(f"{r}: {static.reasons[r]}" for r in static.rejected)
+        return _finish(res, phases, t_start, Failure(Status.rejected, f"static check: {why}"))
 
     device = reference.device if reference else resolve_device(cfg)
     size = reference.size if reference else resolve_size(cfg, device)
@@ -159,6 +165,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         except Exception as e:  # a payload that is not plain tensors is a forged or corrupted report
             raise Failure(Status.rejected, f"trial output could not be read as plain tensors: {str(e)[:300]}",
                           ["malformed_report"]) from None
+
+        if not _custom_kernel_ran(device, creply.kernel_names, reply):
+            res.flags.append("no_custom_kernel")
 
         # 4. the reference, in its own process, after the candidate
         ref.start()
@@ -243,6 +252,14 @@ def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol
         if not v.check.ok:
             raise Failure(Status.incorrect, f"re-check after a {res.speedup:.1f}x speedup failed: {v.check.reason}",
                           ["excessive_speedup"])
+
+
+def _custom_kernel_ran(device: str, defined: list[str], reply) -> bool:
+    """On a GPU: a kernel the solution defines appears in the profiler's list for the first trial.
+    Otherwise (CPU, or kernels not parsed): the solution's extension functions were called."""
+    if device == "cuda" and defined:
+        return any(k in name for k in defined for name in reply.kernels_seen)
+    return bool(reply.custom_calls)
 
 
 def _worst_errors(res: EvalResult) -> None:

@@ -152,6 +152,8 @@ class Reply(BaseModel):
     host_ms: list[float] = Field(default_factory=list)
     fingerprints: list[list[float]] = Field(default_factory=list)
     kernels_seen: list[str] = Field(default_factory=list)
+    # calls into the solution's own extensions during the first trial (None: not counted)
+    custom_calls: Optional[int] = None
     # sizes of the binary frames (torch.save payloads) that follow this line on the channel
     blob_sizes: list[int] = Field(default_factory=list)
     blobs: list[bytes] = Field(default_factory=list, exclude=True)

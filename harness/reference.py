@@ -83,7 +83,8 @@ class ReferenceSession:
 
     def setup_dict(self, role: str, solution_path: Optional[str] = None) -> dict[str, Any]:
         return {"role": role, "problem_path": str(self.problem.path), "solution_path": solution_path,
-                "device": self.device, "size": self.size, "dtype": self.dtype}
+                "device": self.device, "size": self.size, "dtype": self.dtype,
+                "cpu_threads": self.cfg.timing.cpu_threads}
 
     def start(self) -> None:
         """Spawn the reference, build Model, compute the trial outputs once."""

@@ -188,6 +188,8 @@ class Runner:
         self.setup = setup
         self.role = setup["role"]
         self.device = setup["device"]
+        if self.device == "cpu" and setup.get("cpu_threads"):
+            torch.set_num_threads(int(setup["cpu_threads"]))
         self.problem = import_file(setup["problem_path"], "problem_module")
         self.meta = meta(self.problem)
         if setup.get("size") == "small":
@@ -196,8 +198,10 @@ class Runner:
         self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.get("dtype") or "")
         self.model = None
         self.cls = None
+        self.ext_calls = [0]
         if self.role == "candidate":
             self._poison()
+            _count_extension_calls(self.ext_calls)
             sol = import_file(setup["solution_path"], "solution_module")
             self.cls = getattr(sol, "ModelNew", None)
         else:
@@ -264,19 +268,27 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict]) -> list[bytes]:
+    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[bytes], dict]:
         """Run one forward per seed on fresh inputs; return each trial as a torch.save payload
-        (outputs, inputs after the call, and for the reference the pristine inputs)."""
+        (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
+        during the first trial (calls into the solution's extensions, GPU kernels seen)."""
         torch = self.torch
         blobs = []
+        seen: dict = {}
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
             pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
+            calls_before = self.ext_calls[0]
             with torch.no_grad():
-                out = self.forward(inputs)
+                if i == 0 and self.role == "candidate" and self.device == "cuda":
+                    out, seen["kernels_seen"] = self._profiled(inputs)
+                else:
+                    out = self.forward(inputs)
             if self.device == "cuda":
                 torch.cuda.synchronize()
+            if i == 0 and self.role == "candidate":
+                seen["custom_calls"] = self.ext_calls[0] - calls_before
             record = {"out": _to_cpu(torch, out), "inputs_after": _to_cpu(torch, inputs),
                       "out_meta": _out_meta(torch, out)}
             if pristine is not None:
@@ -285,7 +297,16 @@ class Runner:
             torch.save(record, buf)
             blobs.append(buf.getvalue())
             del out, inputs, pristine
-        return blobs
+        return blobs, seen
+
+    def _profiled(self, inputs):
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = self.forward(inputs)
+            self.torch.cuda.synchronize()
+        names = sorted({e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+                        and "CUDA" in str(e.device_type)})
+        return out, names[:200]
 
     def time(self, seeds: list[int], warmup: int, flush_l2: bool, npos: int) -> dict[str, list]:
         from .timing import time_calls
@@ -294,6 +315,34 @@ class Runner:
 
 class InterfaceError(Exception):
     pass
+
+
+def _count_extension_calls(counter: list) -> None:
+    """Wrap the functions of every extension the solution loads, to count calls into its own code
+    (the evidence that a custom kernel ran, besides the profiler's kernel list on a GPU)."""
+    import torch.utils.cpp_extension as cpp
+
+    def wrap(loader):
+        def wrapped(*args, **kwargs):
+            mod = loader(*args, **kwargs)
+            for name in dir(mod):
+                fn = getattr(mod, name)
+                if callable(fn) and not name.startswith("_") and not isinstance(fn, type):
+                    setattr(mod, name, _counted(fn, counter))
+            return mod
+        return wrapped
+
+    cpp.load_inline = wrap(cpp.load_inline)
+    cpp.load = wrap(cpp.load)
+
+
+def _counted(fn, counter):
+    def call(*args, **kwargs):
+        counter[0] += 1
+        return fn(*args, **kwargs)
+    call.__name__ = getattr(fn, "__name__", "ext_fn")
+    call.__doc__ = getattr(fn, "__doc__", None)
+    return call
 
 
 def _shape_keys(meta: dict) -> set:
@@ -345,8 +394,8 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 runner.build(cmd.init_seed or 0)
                 reply = Reply(op="build", ok=True)
             elif cmd.op == "trials":
-                blobs = runner.trials(cmd.seeds, cmd.shapes)
-                reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs])
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
+                reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "time":
                 res = runner.time(cmd.seeds, cmd.warmup, cmd.flush_l2, cmd.sample_positions)

@@ -21,6 +21,7 @@ class Expectation:
     path: Path
     status: str
     flags: list[str]
+    maybe: list[str]
     problem: Path
     overrides: dict = field(default_factory=dict)
     device: str = "cpu"
@@ -37,7 +38,7 @@ def _value(v: str):
 
 
 def read_expectation(path: Path) -> Expectation:
-    status, flags, problem, overrides, device = None, [], None, {}, "cpu"
+    status, flags, maybe, problem, overrides, device = None, [], [], None, {}, "cpu"
     for line in path.read_text().splitlines()[:8]:
         m = HEADER.match(line)
         if not m:
@@ -47,6 +48,7 @@ def read_expectation(path: Path) -> Expectation:
             parts = dict(p.split("=", 1) for p in val.split())
             status = parts["status"]
             flags = [f for f in parts.get("flags", "").split(",") if f]
+            maybe = [f for f in parts.get("maybe", "").split(",") if f]
         elif key == "problem":
             problem = ROOT / val
         elif key == "config":
@@ -56,7 +58,7 @@ def read_expectation(path: Path) -> Expectation:
         elif key == "device":
             device = val
     assert status and problem, f"{path} lacks an '# expect:' or '# problem:' header"
-    return Expectation(path, status, flags, problem, overrides, device)
+    return Expectation(path, status, flags, maybe, problem, overrides, device)
 
 
 def fixtures_in(*dirs: str) -> list[Path]:

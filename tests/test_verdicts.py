@@ -15,7 +15,8 @@ def test_fixture_verdict(path):
     r = evaluate_fixture(exp)
     detail = f"error={r.error!r}\nlog={r.log_tail!r}"
     assert r.status.value == exp.status, detail
-    assert sorted(r.flags) == sorted(exp.flags), detail
+    # `maybe` flags depend on where a nondeterministic cheat is caught (trials or timing)
+    assert sorted(f for f in r.flags if f not in exp.maybe) == sorted(exp.flags), detail
     if exp.status == "passed":
         assert r.speedup and r.speedup > 0 and r.runtime_stats.count >= 10
         assert r.env and r.env.torch and r.max_abs_diff is not None
