@@ -50,6 +50,7 @@ class Timing(BaseModel):
     cpu_min_calls: int = 5
     cpu_threads: int = 1
     round_calls: int = 10
+    min_rounds: int = 5
 
 
 class Hardening(BaseModel):

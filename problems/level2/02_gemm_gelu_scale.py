@@ -1,0 +1,43 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Linear -> GELU -> multiply by a constant factor."""
+
+    def __init__(self, in_features, out_features, scale_factor):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale_factor = scale_factor
+
+    def forward(self, x):
+        x = self.linear(x)
+        x = F.gelu(x)
+        return x * self.scale_factor
+
+
+batch_size = 2048
+in_features = 4096
+out_features = 8192
+scale_factor = 1.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, scale_factor]
+
+
+HARNESS_META = {
+    "level": 2,
+    "dtype": "fp32",
+    # flops = 2 * batch_size * in_features * out_features
+    "flops": 137_438_953_472,
+    # bytes = (batch_size * in_features + in_features * out_features + out_features + batch_size * out_features) * 4
+    "bytes": 234_913_792,
+    "small": {"batch_size": 16, "in_features": 64, "out_features": 48},
+    "extra_shapes": [{"batch_size": 5}],
+}

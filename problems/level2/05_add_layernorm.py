@@ -1,0 +1,38 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Residual add followed by LayerNorm (post-norm 'add & norm' of a transformer)."""
+
+    def __init__(self, hidden, eps=1e-5):
+        super().__init__()
+        self.ln = nn.LayerNorm(hidden, eps=eps)
+
+    def forward(self, x, residual):
+        return self.ln(x + residual)
+
+
+batch_size = 32
+seq_len = 2048
+hidden = 4096
+
+
+def get_inputs():
+    x = torch.randn(batch_size, seq_len, hidden)
+    residual = torch.randn(batch_size, seq_len, hidden) * 2.0
+    return [x, residual]
+
+
+def get_init_inputs():
+    return [hidden]
+
+
+HARNESS_META = {
+    "level": 2,
+    "dtype": "fp32",
+    # bytes = (3 * batch_size * seq_len * hidden + 2 * hidden) * 4
+    "bytes": 3_221_258_240,
+    "small": {"batch_size": 2, "seq_len": 16, "hidden": 64},
+    "extra_shapes": [{"batch_size": 3, "seq_len": 5}],
+}
