@@ -36,6 +36,7 @@ def _default_tols() -> dict[str, Tolerance]:
 
 class Correctness(BaseModel):
     trials: int = 5
+    allow_tf32: bool = False
     extra_shapes: bool = True
     tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
 

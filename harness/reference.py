@@ -84,7 +84,7 @@ class ReferenceSession:
     def setup_dict(self, role: str, solution_path: Optional[str] = None) -> dict[str, Any]:
         return {"role": role, "problem_path": str(self.problem.path), "solution_path": solution_path,
                 "device": self.device, "size": self.size, "dtype": self.dtype,
-                "cpu_threads": self.cfg.timing.cpu_threads}
+                "cpu_threads": self.cfg.timing.cpu_threads, "allow_tf32": self.cfg.correctness.allow_tf32}
 
     def start(self) -> None:
         """Spawn the reference, build Model, compute the trial outputs once."""

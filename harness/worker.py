@@ -188,6 +188,11 @@ class Runner:
         self.setup = setup
         self.role = setup["role"]
         self.device = setup["device"]
+        if not setup.get("allow_tf32", False):
+            # fp32 means fp32: cuDNN's TF32 default would make the reference itself miss fp32
+            # tolerances on convolutions (and a candidate may not inherit it either)
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         if self.device == "cpu" and setup.get("cpu_threads"):
             torch.set_num_threads(int(setup["cpu_threads"]))
         self.problem = import_file(setup["problem_path"], "problem_module")

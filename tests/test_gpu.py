@@ -1,0 +1,47 @@
+"""The GPU part of the suite: CUDA fixtures with their exact verdicts, the seed problems' CUDA
+solutions, and recovery after a sticky CUDA error. Skipped where no CUDA device is present."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT, evaluate_fixture, fixtures_in, gpu, read_expectation, test_config
+
+GPU_FIXTURES = fixtures_in("fixtures/gpu", "adversarial/gpu")
+
+
+@gpu
+@pytest.mark.parametrize("path", GPU_FIXTURES, ids=lambda p: p.name)
+def test_gpu_fixture_verdict(path):
+    exp = read_expectation(path)
+    r = evaluate_fixture(exp, device="cuda")
+    detail = f"error={r.error!r}\nlog={r.log_tail!r}\nflags={r.flags}"
+    assert r.status.value == exp.status, detail
+    assert sorted(f for f in r.flags if f not in exp.maybe) == sorted(exp.flags), detail
+    if exp.status == "passed":
+        assert r.env.gpu_name and r.timing_method["method"] == "cuda_events"
+
+
+@gpu
+def test_illegal_address_is_followed_by_a_normal_verdict():
+    from harness.evaluation import evaluate
+    cfg = test_config(device="cuda")
+    problem = ROOT / "tests/problems/relu_add.py"
+    bad = evaluate(ROOT / "tests/fixtures/gpu/illegal_memory_access.py", problem, cfg)
+    good = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", problem, cfg)
+    assert bad.status.value == "runtime_error" and "illegal" in (bad.error or "").lower() + (bad.log_tail or "").lower()
+    assert good.status.value == "passed", good.error
+
+
+@gpu
+@pytest.mark.parametrize("solution,problem", [
+    ("solutions/gemm_scale_batchnorm/cuda_fused_epilogue.py", "problems/level2/gemm_scale_batchnorm.py"),
+    ("solutions/gemm_batchnorm_scale_softmax/cuda_fused_bn_softmax.py", "problems/level2/gemm_batchnorm_scale_softmax.py"),
+    ("solutions/relu_add/cuda_relu_add.py", "tests/problems/relu_add.py"),
+])
+def test_shipped_cuda_solutions_pass(solution, problem):
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / solution, ROOT / problem, test_config(device="cuda", **{"timing.budget_s": 2.0}))
+    print(f"\n{solution}: {r.status.value} speedup={r.speedup} cand={r.runtime_ms} ref={r.ref_runtime_ms} "
+          f"gpu={r.env.gpu_name if r.env else None} flags={r.flags}")
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert r.speedup and r.speedup > 0
