@@ -56,5 +56,94 @@ def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, confi
         print_result(result, _console(stderr=False))
 
 
+@main.group("problems")
+def problems_group() -> None:
+    """List and lint problems."""
+
+
+def _problem_set(names, problems_dir):
+    from .problems import discover, find_problem
+    roots = list(problems_dir) or None
+    if names:
+        return [find_problem(n, roots) for n in names]
+    return discover(roots)
+
+
+@problems_group.command("list")
+@click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True))
+@click.option("--level", type=int, default=None)
+@click.option("--filter", "text", default=None, help="Substring of the name.")
+@click.option("--json", "as_json", is_flag=True)
+def problems_list(problems_dir, level, text, as_json):
+    """Problems with their level, input shapes, FLOPs and bytes (computed on meta tensors)."""
+    import json
+
+    from .catalog import describe, level_of
+
+    rows = []
+    for p in _problem_set((), problems_dir):
+        if text and text.lower() not in p.name.lower():
+            continue
+        if level is not None and level_of(p) != level:
+            continue
+        try:
+            rows.append(describe(p))
+        except Exception as e:  # noqa: BLE001 - a broken problem is listed as such
+            rows.append({"name": p.name, "path": str(p.path), "level": level_of(p), "error": f"{type(e).__name__}: {e}"})
+    if as_json:
+        sys.stdout.write(json.dumps(rows) + "\n")
+        return
+    from rich.table import Table
+    t = Table(title=f"{len(rows)} problems")
+    for col in ("name", "level", "inputs", "GFLOP", "MB"):
+        t.add_column(col, justify="right" if col in ("GFLOP", "MB") else "left")
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["name"], str(r["level"]), f"[red]{r['error']}[/]", "", "")
+            continue
+        t.add_row(r["name"], str(r["level"]), ", ".join(r["inputs"]),
+                  f"{(r['flops'] or 0) / 1e9:.1f}", f"{(r['bytes'] or 0) / 1e6:.1f}")
+    _console(stderr=False).print(t)
+
+
+@problems_group.command("check")
+@click.argument("names", nargs=-1)
+@click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True))
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
+@click.option("--size", type=click.Choice(["auto", "full", "small"]), default=None)
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def problems_check(names, problems_dir, device, size, config_path, as_json):
+    """Lint problems: flag outputs that are nearly constant, independent of the inputs or weights, or
+    within tolerance of zero. Exits non-zero when any problem is flagged."""
+    import json
+
+    from .evaluation import resolve_device, resolve_size
+    from .lint import lint_problem
+
+    cfg = _config(config_path, device=device, size=size)
+    dev = resolve_device(cfg)
+    sz = resolve_size(cfg, dev)
+    try:
+        probs = _problem_set(names, problems_dir)
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None
+    err = _console()
+    reports = []
+    for p in probs:
+        with err.status(f"checking {p.name}"):
+            reports.append(lint_problem(p, cfg, dev, sz))
+        if not as_json:
+            r = reports[-1]
+            mark = "[green]ok[/]" if not r["flags"] else "[red]" + ", ".join(r["flags"]) + "[/]"
+            err.print(f"{r['problem']}: {mark}" + "".join(f"\n    {k}: {v}" for k, v in r["notes"].items()))
+    if as_json:
+        sys.stdout.write(json.dumps(reports) + "\n")
+    flagged = [r for r in reports if r["flags"]]
+    if not as_json:
+        err.print(f"{len(reports)} checked, {len(flagged)} flagged")
+    sys.exit(1 if flagged else 0)
+
+
 if __name__ == "__main__":
     main()

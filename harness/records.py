@@ -154,6 +154,8 @@ class Reply(BaseModel):
     kernels_seen: list[str] = Field(default_factory=list)
     # calls into the solution's own extensions during the first trial (None: not counted)
     custom_calls: Optional[int] = None
+    # build: how many parameter elements the model has
+    param_count: Optional[int] = None
     # sizes of the binary frames (torch.save payloads) that follow this line on the channel
     blob_sizes: list[int] = Field(default_factory=list)
     blobs: list[bytes] = Field(default_factory=list, exclude=True)

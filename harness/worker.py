@@ -397,7 +397,9 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
         try:
             if cmd.op == "build":
                 runner.build(cmd.init_seed or 0)
-                reply = Reply(op="build", ok=True)
+                params = getattr(runner.model, "parameters", None)
+                reply = Reply(op="build", ok=True,
+                              param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
                 blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
                 reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)

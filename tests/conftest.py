@@ -68,7 +68,7 @@ def fixtures_in(*dirs: str) -> list[Path]:
     return out
 
 
-def test_config(**overrides):
+def make_config(**overrides):
     from harness.config import load_config
     base = {
         "cache_dir": str(CACHE),
@@ -95,7 +95,7 @@ def evaluate_fixture(exp: Expectation, device: str | None = None):
     from harness.evaluation import evaluate
     key = (str(exp.path), device or exp.device)
     if key not in _results:
-        cfg = test_config(device=device or exp.device, **exp.overrides)
+        cfg = make_config(device=device or exp.device, **exp.overrides)
         _results[key] = evaluate(exp.path, exp.problem, cfg)
     return _results[key]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT, evaluate_fixture, fixtures_in, gpu, read_expectation, test_config
+from conftest import ROOT, evaluate_fixture, fixtures_in, gpu, read_expectation, make_config
 
 GPU_FIXTURES = fixtures_in("fixtures/gpu", "adversarial/gpu")
 
@@ -24,7 +24,7 @@ def test_gpu_fixture_verdict(path):
 @gpu
 def test_illegal_address_is_followed_by_a_normal_verdict():
     from harness.evaluation import evaluate
-    cfg = test_config(device="cuda")
+    cfg = make_config(device="cuda")
     problem = ROOT / "tests/problems/relu_add.py"
     bad = evaluate(ROOT / "tests/fixtures/gpu/illegal_memory_access.py", problem, cfg)
     good = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", problem, cfg)
@@ -40,7 +40,7 @@ def test_illegal_address_is_followed_by_a_normal_verdict():
 ])
 def test_shipped_cuda_solutions_pass(solution, problem):
     from harness.evaluation import evaluate
-    r = evaluate(ROOT / solution, ROOT / problem, test_config(device="cuda", **{"timing.budget_s": 2.0}))
+    r = evaluate(ROOT / solution, ROOT / problem, make_config(device="cuda", **{"timing.budget_s": 2.0}))
     print(f"\n{solution}: {r.status.value} speedup={r.speedup} cand={r.runtime_ms} ref={r.ref_runtime_ms} "
           f"gpu={r.env.gpu_name if r.env else None} flags={r.flags}")
     assert r.status.value == "passed", (r.error, r.log_tail)

@@ -8,6 +8,11 @@ class Model(nn.Module):
     def __init__(self, num_features: int):
         super().__init__()
         self.bn = nn.BatchNorm2d(num_features)
+        # Random affine parameters: with the default ones (weight 1, bias 0) a kernel that
+        # ignores them would pass. Drawn after construction, from the same seeded stream.
+        with torch.no_grad():
+            self.bn.weight.normal_(1.0, 0.2)
+            self.bn.bias.normal_(0.0, 0.2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(x)

@@ -8,6 +8,11 @@ class Model(nn.Module):
     def __init__(self, num_groups: int, num_channels: int):
         super().__init__()
         self.gn = nn.GroupNorm(num_groups, num_channels)
+        # Random affine parameters: with the default ones (weight 1, bias 0) a kernel that
+        # ignores them would pass. Drawn after construction, from the same seeded stream.
+        with torch.no_grad():
+            self.gn.weight.normal_(1.0, 0.2)
+            self.gn.bias.normal_(0.0, 0.2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gn(x)

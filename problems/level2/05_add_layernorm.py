@@ -8,6 +8,11 @@ class Model(nn.Module):
     def __init__(self, hidden, eps=1e-5):
         super().__init__()
         self.ln = nn.LayerNorm(hidden, eps=eps)
+        # Random affine parameters: with the default ones (weight 1, bias 0) a kernel that
+        # ignores them would pass. Drawn after construction, from the same seeded stream.
+        with torch.no_grad():
+            self.ln.weight.normal_(1.0, 0.2)
+            self.ln.bias.normal_(0.0, 0.2)
 
     def forward(self, x, residual):
         return self.ln(x + residual)

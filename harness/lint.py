@@ -1,0 +1,90 @@
+"""The problem linter (`harness problems check`): flags problems that a cheat could pass without
+computing anything, because their output is nearly constant, does not depend on the inputs or on the
+weights, or lies within tolerance of zero. The reference runs in worker processes like any other."""
+from __future__ import annotations
+
+import random
+import secrets
+from typing import Any
+
+import torch
+
+from .build import child_env
+from .config import Config
+from .correctness import compare_tensors, load_trial
+from .evaluation import tolerance_for
+from .isolation import Worker
+from .problems import Problem
+from .records import Command
+from .reference import read_meta
+
+
+def _outputs(problem: Problem, cfg: Config, device: str, size: str, runs: list[tuple[int, list[int]]]) -> list:
+    """One reference worker; for each (init_seed, seeds): rebuild Model from that seed, run the seeds."""
+    from pathlib import Path
+    setup = {"role": "reference", "problem_path": str(problem.path), "device": device, "size": size,
+             "dtype": None if cfg.dtype == "auto" else cfg.dtype, "cpu_threads": cfg.timing.cpu_threads,
+             "allow_tf32": cfg.correctness.allow_tf32}
+    env = child_env(Path(cfg.cache_dir).resolve() / "ext" / "reference", device)
+    w = Worker(setup, env=env)
+    outs: list = []
+    params = 0
+    try:
+        to = cfg.timeouts.problem_s
+        load = w.wait_reply("load", to)
+        if not load.ok:
+            raise RuntimeError(load.error)
+        for init_seed, seeds in runs:
+            for cmd in (Command(op="build", init_seed=init_seed), Command(op="trials", seeds=seeds)):
+                reply, _ = w.request(cmd, to)
+                if not reply.ok:
+                    raise RuntimeError(reply.error)
+                if cmd.op == "build":
+                    params = reply.param_count or 0
+            outs += [load_trial(b).out for b in reply.blobs]
+        return outs, params
+    finally:
+        w.close()
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in (out or []) for t in _tensors(o)] if isinstance(out, (list, tuple)) else []
+
+
+def _same(a, b, tol) -> bool:
+    ta, tb = _tensors(a), _tensors(b)
+    return len(ta) == len(tb) and all(compare_tensors(x, y, tol)[0] for x, y in zip(ta, tb))
+
+
+def lint_problem(problem: Problem, cfg: Config, device: str, size: str) -> dict[str, Any]:
+    rng = random.Random(secrets.randbits(64))
+    init_a, init_b = rng.getrandbits(62), rng.getrandbits(62)
+    s1, s2 = rng.getrandbits(62), rng.getrandbits(62)
+    meta = read_meta(problem)
+    tol = tolerance_for(cfg, None if cfg.dtype == "auto" else cfg.dtype, meta)
+    flags: list[str] = []
+    notes: dict[str, str] = {}
+    try:
+        (o1, o2, o3), params = _outputs(problem, cfg, device, size, [(init_a, [s1, s2]), (init_b, [s1])])
+    except Exception as e:  # noqa: BLE001
+        return {"problem": problem.name, "flags": ["broken"], "notes": {"broken": str(e)[:500]}}
+    if _same(o1, o2, tol):
+        flags.append("input_independent")
+        notes["input_independent"] = "two different inputs give the same output"
+    if params and _same(o1, o3, tol):
+        flags.append("weight_independent")
+        notes["weight_independent"] = "two different weight seeds give the same output"
+    for t in _tensors(o1):
+        if not t.is_floating_point():
+            continue
+        d = t.double()
+        if d.numel() > 1 and float(d.std()) <= 1e-3 * float(d.abs().mean()) + 1e-12:
+            flags.append("constant_output")
+            notes["constant_output"] = f"std {float(d.std()):.3g} vs mean |x| {float(d.abs().mean()):.3g}"
+        zeros = torch.zeros_like(t)
+        if bool((zeros.double() - d).abs().le(tol.atol + tol.rtol * d.abs()).all()):
+            flags.append("near_zero")
+            notes["near_zero"] = f"an all-zeros output is within atol={tol.atol:g} everywhere (max |x| {float(d.abs().max()):.3g})"
+    return {"problem": problem.name, "flags": sorted(set(flags)), "notes": notes}

@@ -1,0 +1,79 @@
+"""The problem library and the linter: every shipped problem loads, its full-size shapes (computed on
+the meta device, nothing allocated) agree with the table in problems/TABLE.md, and it passes the
+linter at CPU size; the deliberately degenerate problems earn exactly their flags."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, make_config
+from harness.problems import discover, find_problem
+
+SHIPPED = discover([ROOT / "problems"])
+LINT_FIXTURES = sorted((ROOT / "tests" / "lint_problems").glob("*.py"))
+
+
+def test_library_size_and_levels():
+    from harness.catalog import level_of
+    levels = [level_of(p) for p in SHIPPED]
+    assert len(SHIPPED) >= 40
+    assert {1, 2, 3} <= set(levels)
+    assert {"level2/gemm_scale_batchnorm", "level2/gemm_batchnorm_scale_softmax"} <= {p.name for p in SHIPPED}
+
+
+def test_table_matches_problems():
+    """TABLE.md (the README's table) is what bench/problem_table.py computes from the files now."""
+    p = subprocess.run([sys.executable, "bench/problem_table.py", "--no-write"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout == (ROOT / "problems" / "TABLE.md").read_text(), "rerun bench/problem_table.py"
+
+
+@pytest.mark.parametrize("problem", SHIPPED, ids=lambda p: p.name)
+def test_problem_passes_linter_at_cpu_size(problem):
+    from harness.lint import lint_problem
+    meta_small = "small" in problem.text
+    assert meta_small, "every shipped problem has a small preset for CPUs and CI"
+    report = lint_problem(problem, make_config(device="cpu"), "cpu", "small")
+    assert report["flags"] == [], report["notes"]
+
+
+@pytest.mark.parametrize("path", LINT_FIXTURES, ids=lambda p: p.stem)
+def test_linter_flags_degenerate_problems(path):
+    from harness.lint import lint_problem
+    from harness.reference import read_meta
+    problem = find_problem(path)
+    report = lint_problem(problem, make_config(device="cpu"), "cpu", "full")
+    assert report["flags"] == sorted(read_meta(problem)["expect_flags"]), report["notes"]
+
+
+def test_problems_check_cli_exit_codes():
+    ok = subprocess.run([sys.executable, "-m", "harness.cli", "problems", "check", "--problems", "tests/problems",
+                         "--device", "cpu", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-m", "harness.cli", "problems", "check", "tests/lint_problems/near_zero.py",
+                          "--device", "cpu", "--size", "full", "--json"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode == 1 and '"near_zero"' in bad.stdout
+
+
+def test_problems_list_json():
+    import json
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "problems", "list", "--level", "2", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    rows = json.loads(p.stdout)
+    assert rows and all(r["level"] == 2 for r in rows)
+    assert any(r["name"] == "level2/gemm_scale_batchnorm" and r["inputs"] == ["1024x8192"] for r in rows)
+
+
+def test_kernelbench_ids_resolve(tmp_path):
+    kb = tmp_path / "level2"
+    kb.mkdir()
+    src = (ROOT / "problems/level2/gemm_scale_batchnorm.py").read_text()
+    (kb / "33_Gemm_Scale_BatchNorm.py").write_text(src)
+    assert find_problem("33", [tmp_path]).path.name == "33_Gemm_Scale_BatchNorm.py"
+    assert find_problem("level2/33", [tmp_path]).path.name == "33_Gemm_Scale_BatchNorm.py"
+    assert find_problem("33_Gemm_Scale_BatchNorm", [tmp_path]).kb_id == 33
