@@ -145,5 +145,81 @@ def problems_check(names, problems_dir, device, size, config_path, as_json):
     sys.exit(1 if flagged else 0)
 
 
+@main.command("batch")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--problem", "-p", default=None, help="Evaluate every solution on this problem.")
+@click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True),
+              help="Folder(s) to find problems in (default: problems/).")
+@click.option("--out", default=None, help="Run directory (default: results/<timestamp>).")
+@click.option("--resume", is_flag=True, help="Finish the run in --out: skip items that already have a record.")
+@click.option("--label", default=None, help="Submitter label for every solution (default: top folder under PATH).")
+@click.option("--gpus", default=None, help="GPU indices to use, e.g. 0,1 (default: all).")
+@click.option("--compile-workers", type=int, default=None, help="Parallel builds (default: all cores).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON on stdout.")
+@click.option("--verbose", "-v", is_flag=True, help="A line on stderr per finished solution.")
+def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_workers, config_path, device,
+              as_json, verbose):
+    """Evaluate every solution under PATH... (files or folders of .py/.md/.txt): builds on all cores,
+    evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
+    import os
+
+    from .batch import BatchError, _kill_children, run_batch
+
+    if resume and not out:
+        raise click.UsageError("--resume needs --out RUN")
+    cfg = _config(config_path, device=device)
+    try:
+        summary = run_batch(list(paths), cfg, problem=problem, problem_roots=list(problems_dir) or None, out=out,
+                            resume=resume, label=label, gpus=gpus, compile_workers=compile_workers,
+                            console=_console(), verbose=verbose)
+    except BatchError as e:
+        raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        # in-flight evaluations are abandoned (their workers killed); threads are not waited for
+        _kill_children()
+        sys.stderr.flush()
+        os._exit(130)
+    if as_json:
+        from .leaderboard import label_summary, load_records, summary_json
+        df = load_records([summary.run_dir])
+        sys.stdout.write((summary_json(label_summary(df)) if not df.empty else "[]") + "\n")
+
+
+@main.command("leaderboard")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--csv", "csv_path", default=None, help="Write the (label, problem) rows here, and the per-label "
+              "summary beside it as <stem>_summary.csv.")
+@click.option("--markdown", "md_path", default=None, help="Write both tables as Markdown.")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON instead of tables.")
+def leaderboard_cmd(runs, csv_path, md_path, as_json):
+    """Merge runs' results.jsonl (RUN folders or files) into per-problem and per-label tables."""
+    from pathlib import Path
+
+    from .leaderboard import (label_summary, load_records, markdown, per_problem, render_problems, render_summary,
+                              summary_json, warn_mixed, write_csv)
+
+    try:
+        df = load_records(runs)
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    if df.empty:
+        raise click.ClickException("no records in " + ", ".join(runs))
+    warn_mixed(df, _console())
+    pp, summary = per_problem(df), label_summary(df)
+    if csv_path:
+        write_csv(pp, summary, csv_path)
+    if md_path:
+        Path(md_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(md_path).write_text(markdown(pp, summary, list(runs)))
+    if as_json:
+        sys.stdout.write(summary_json(summary) + "\n")
+        return
+    out = _console(stderr=False)
+    render_problems(pp, out, title=f"{len(df)} records, {df.problem.nunique()} problems, {len(runs)} run(s)")
+    render_summary(summary, out, title="per label")
+
+
 if __name__ == "__main__":
     main()

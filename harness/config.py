@@ -46,11 +46,14 @@ class Timing(BaseModel):
     min_calls: int = 20
     max_calls: int = 200
     target_rel_sem: float = 0.005
-    budget_s: float = 2.0
+    budget_s: float = 2.5
     flush_l2: bool = True
     cpu_min_calls: int = 5
     cpu_threads: int = 1
     round_calls: int = 10
+    cuda_graph: bool = False
+    compile_baseline: Literal["auto", "on", "off"] = "auto"
+    throttle_ratio: float = 0.75
     min_rounds: int = 5
 
 

@@ -27,7 +27,7 @@ from .config import Config, Tolerance, load_config
 from .correctness import judge_trial, load_trial
 from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .problems import Problem, find_problem
-from .records import Command, EvalResult, PhaseTimes, Status
+from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
 from .solutions import load_solution
 from .static_checks import check_source
@@ -102,7 +102,12 @@ def _wait_load(worker: Worker, timeout: float) -> None:
 
 def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], config: Optional[Config] = None, *,
              problem_roots=None, label: Optional[str] = None,
-             reference: Optional[ReferenceSession] = None) -> EvalResult:
+             reference: Optional[ReferenceSession] = None,
+             compiled: Optional[tuple[Optional[CompileReply], Optional[str], str]] = None,
+             env_extra: Optional[dict[str, str]] = None) -> EvalResult:
+    """`compiled`: the (reply, failure, log) triple of a build already made (a batch compiles ahead,
+    on CPU workers), used instead of calling compile_solution. `env_extra`: environment overrides for
+    every child of this evaluation (a batch pins each GPU's children with CUDA_VISIBLE_DEVICES)."""
     cfg = config or load_config()
     t_start = time.perf_counter()
     phases = PhaseTimes()
@@ -129,7 +134,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     dtype = None if cfg.dtype == "auto" else cfg.dtype
     res.device = device
     own_ref = reference is None
-    ref = reference or ReferenceSession(prob, cfg, device, size, dtype)
+    ref = reference or ReferenceSession(prob, cfg, device, size, dtype, env_extra=env_extra)
     tol = tolerance_for(cfg, dtype, ref.meta)
     cand: Optional[Worker] = None
     try:
@@ -138,7 +143,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         cache = Path(cfg.cache_dir).resolve()
         module = source_file(sol.code, sol.path, cache, sol.extracted)
         ext = extensions_dir(sol.code, device, cache)
-        creply, failure, log = compile_solution(module, ext, device, cfg.timeouts.compile_s)
+        if compiled is not None:
+            creply, failure, log = compiled
+        elif builds_extensions(sol.code):
+            creply, failure, log = compile_solution(module, ext, device, cfg.timeouts.compile_s, env_extra)
+        else:  # nothing to build: parse here (no execution); the candidate's import reports the rest
+            creply, failure, log = _parse_only(sol.code, str(module)), None, ""
         phases.compile_s = time.perf_counter() - t0
         if failure == "timeout":
             raise Failure(Status.timeout, f"building the solution took over {cfg.timeouts.compile_s:g} s", log=log)
@@ -150,7 +160,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         # 3. candidate first, in a fresh process
         t0 = time.perf_counter()
-        cand = Worker(ref.setup_dict("candidate", str(module)), env=child_env(ext, device))
+        cand = Worker(ref.setup_dict("candidate", str(module)), env=child_env(ext, device, env_extra))
         _wait_load(cand, cfg.timeouts.load_s)
         _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
         phases.load_s = time.perf_counter() - t0
@@ -209,13 +219,28 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.runtime_error, f"while timing: {m.error}", log=cand.log_tail())
         if "malformed_report" in m.flags:
             raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
-        res.timing_method = {"device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
-                             "l2_flush": cfg.timing.flush_l2 and device == "cuda", "rounds": m.rounds,
-                             "interleaved": True, "fresh_inputs_per_call": True,
-                             "warmup": cfg.timing.warmup, "target_rel_sem": cfg.timing.target_rel_sem}
-        if m.cand:
-            res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
-            res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+        res.timing_method = {
+            "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
+            "l2_flush": cfg.timing.flush_l2 and device == "cuda", "persisting_l2_reset": m.l2_reset,
+            "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
+            "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
+            "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,
+            "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
+            "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
+            "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
+        }
+        for f in m.flags:
+            if f in ("cuda_graph_unavailable", "throttled") and f not in res.flags:
+                res.flags.append(f)
+        if len(m.cand) < 2 or len(m.ref) < 2:
+            raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
+        res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
+        res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+        if m.compiled:
+            res.compile_runtime_ms = summarize(m.compiled).median
+            res.speedup_compile = res.compile_runtime_ms / res.runtime_ms
+        elif m.compile_error:
+            res.timing_method["compile_baseline_error"] = m.compile_error[:500]
         if m.mismatched_calls:
             raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
@@ -254,6 +279,19 @@ def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol
                           ["excessive_speedup"])
 
 
+def _parse_only(code: str, path: str) -> CompileReply:
+    import ast
+    try:
+        ast.parse(code, path)
+    except SyntaxError as e:
+        return CompileReply(ok=False, category="compile_error", error=f"SyntaxError in solution, line {e.lineno}: {e.msg}")
+    return CompileReply(ok=True)
+
+
+def builds_extensions(code: str) -> bool:
+    return "cpp_extension" in code or "load_inline" in code
+
+
 def _custom_kernel_ran(device: str, defined: list[str], reply) -> bool:
     """On a GPU: a kernel the solution defines appears in the profiler's list for the first trial.
     Otherwise (CPU, or kernels not parsed): the solution's extension functions were called."""
@@ -286,6 +324,7 @@ def _finish(res: EvalResult, phases: PhaseTimes, t_start: float, failure: Option
         if failure.status != Status.passed:
             res.speedup = None
             res.speedup_ci = None
+            res.speedup_compile = None
     phases.total_s = time.perf_counter() - t_start
     res.phases = phases
     return res

@@ -83,6 +83,8 @@ class EvalResult(BaseModel):
     flags: list[str] = Field(default_factory=list)
     speedup: Optional[float] = None
     speedup_ci: Optional[tuple[float, float]] = None
+    speedup_compile: Optional[float] = None
+    compile_runtime_ms: Optional[float] = None
     runtime_ms: Optional[float] = None
     ref_runtime_ms: Optional[float] = None
     runtime_stats: Optional[Stats] = None
@@ -135,6 +137,8 @@ class Command(BaseModel):
     calls: int = 0
     flush_l2: bool = True
     sample_positions: int = 64
+    variant: Literal["eager", "compiled"] = "eager"
+    cuda_graph: bool = False
 
 
 class Reply(BaseModel):
@@ -151,6 +155,9 @@ class Reply(BaseModel):
     times_ms: list[float] = Field(default_factory=list)
     host_ms: list[float] = Field(default_factory=list)
     fingerprints: list[list[float]] = Field(default_factory=list)
+    clocks_mhz: list[int] = Field(default_factory=list)
+    max_clock_mhz: Optional[int] = None
+    l2_reset: Optional[bool] = None
     kernels_seen: list[str] = Field(default_factory=list)
     # calls into the solution's own extensions during the first trial (None: not counted)
     custom_calls: Optional[int] = None

@@ -74,6 +74,7 @@ class ReferenceSession:
     env: Optional[EnvInfo] = None
     worker: Optional[Worker] = None
     seconds: float = 0.0
+    env_extra: Optional[dict[str, str]] = None  # per-call environment overrides (a batch's GPU pinning)
 
     def __post_init__(self) -> None:
         meta = read_meta(self.problem)
@@ -94,7 +95,7 @@ class ReferenceSession:
         t0 = time.perf_counter()
         to = self.cfg.timeouts.problem_s
         env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
-                        {"HARNESS_NONDUMPABLE": "1"})
+                        {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
         self.worker = Worker(self.setup_dict("reference"), env=env)
         try:
             load = self.worker.wait_reply("load", to)

@@ -44,25 +44,112 @@ def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
     return fp
 
 
-def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int) -> dict[str, list]:
+def _persisting_l2_reset():
+    """cudaCtxResetPersistingL2Cache, if the runtime library can be found: lines a solution marked
+    persisting (an access-policy window on its weights) would otherwise survive the flush."""
+    import ctypes
+    import ctypes.util
+    import glob
+    import os
+    import sys
+    names = [ctypes.util.find_library("cudart")] + sorted(
+        p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcudart.so*")))
+    names += sorted(glob.glob(os.path.join(os.path.dirname(__import__("torch").__file__), "lib", "libcudart*.so*")))
+    for name in filter(None, names):
+        try:
+            fn = ctypes.CDLL(name).cudaCtxResetPersistingL2Cache
+            return fn
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+class _Clock:
+    """SM clock through NVML, read after each call (outside the measured interval)."""
+
+    def __init__(self):
+        self.h = None
+        try:
+            import os
+
+            import pynvml
+            pynvml.nvmlInit()
+            idx = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+            self.h = (pynvml.nvmlDeviceGetHandleByUUID(idx) if idx.startswith("GPU-")
+                      else pynvml.nvmlDeviceGetHandleByIndex(int(idx)))
+            self.nvml = pynvml
+            self.max = pynvml.nvmlDeviceGetMaxClockInfo(self.h, pynvml.NVML_CLOCK_SM)
+        except Exception:
+            self.h, self.max = None, None
+
+    def read(self):
+        if self.h is None:
+            return None
+        try:
+            return self.nvml.nvmlDeviceGetClockInfo(self.h, self.nvml.NVML_CLOCK_SM)
+        except Exception:
+            return None
+
+
+def _capture(torch, fn, inputs):
+    """A CUDA graph of one forward on static input buffers; None if the forward cannot be captured."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = fn(*inputs)
+        torch.cuda.synchronize()
+        return g, out, inputs
+    except Exception:
+        torch.cuda.synchronize()
+        return None
+
+
+def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
+               variant: str = "eager", graph: bool = False) -> dict:
     torch = runner.torch
     cuda = runner.device == "cuda"
+    fn = runner.timed_callable(variant)
     times: list[float] = []
     host: list[float] = []
+    clocks: list[int] = []
     fps: list[list[float]] = []
-    flush = None
+    flags: list[str] = []
+    flush = reset_l2 = None
+    clock = _Clock() if cuda else None
     if cuda and flush_l2:
         l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
         flush = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+        reset_l2 = runner.cache.setdefault("reset_l2", _persisting_l2_reset())
     start = torch.cuda.Event(enable_timing=True) if cuda else None
     end = torch.cuda.Event(enable_timing=True) if cuda else None
     with torch.no_grad():
         for k in range(warmup):
-            runner.forward(runner.make_inputs(seeds[0] ^ (0x5EED + k)))
+            fn(*runner.make_inputs(seeds[0] ^ (0x5EED + k)))
+        captured = None
+        if cuda and graph:
+            key = ("graph", variant)
+            if key not in runner.cache:
+                runner.cache[key] = _capture(torch, fn, runner.make_inputs(seeds[0] ^ 0x6A6A))
+            captured = runner.cache[key]
+            if captured is None:
+                flags.append("cuda_graph_unavailable")
         if cuda:
             torch.cuda.synchronize()
         for seed in seeds:
             inputs = runner.make_inputs(seed)
+            if captured is not None:  # new values, copied into the graph's static buffers
+                for dst, src in zip(captured[2], inputs):
+                    if isinstance(dst, torch.Tensor):
+                        dst.copy_(src)
+            if reset_l2 is not None:
+                reset_l2()
             if flush is not None:
                 flush.zero_()
             if cuda:
@@ -70,17 +157,25 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             t0 = time.perf_counter()
             if cuda:
                 start.record()
-                out = runner.forward(inputs)
+                if captured is not None:
+                    captured[0].replay()
+                    out = captured[1]
+                else:
+                    out = fn(*inputs)
                 end.record()
                 torch.cuda.synchronize()  # device-wide: side streams included
             else:
-                out = runner.forward(inputs)
+                out = fn(*inputs)
             t1 = time.perf_counter()
             host.append((t1 - t0) * 1e3)
             times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
+            if clock is not None and clock.h is not None:
+                clocks.append(clock.read() or 0)
             fps.append(_fingerprint(torch, out, seed, npos))
             del out, inputs
-    return {"times_ms": times, "host_ms": host, "fingerprints": fps}
+    return {"times_ms": times, "host_ms": host, "fingerprints": fps, "clocks_mhz": clocks,
+            "max_clock_mhz": clock.max if clock else None, "flags": flags,
+            "l2_reset": reset_l2 is not None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,6 +243,7 @@ def fingerprints_match(a: list[float], b: list[float], tol) -> bool:
 class Measurement:
     cand: list[float] = field(default_factory=list)
     ref: list[float] = field(default_factory=list)
+    compiled: list[float] = field(default_factory=list)
     cand_host: list[float] = field(default_factory=list)
     ref_host: list[float] = field(default_factory=list)
     # per round: (parent wall ms, sum of reported ms, calls), candidate and reference
@@ -155,33 +251,56 @@ class Measurement:
     ref_rounds: list[tuple[float, float, int]] = field(default_factory=list)
     mismatched_calls: int = 0
     rounds: int = 0
+    throttled: int = 0
+    cuda_graph: bool = False
+    l2_reset: bool = False
+    max_clock_mhz: Optional[int] = None
+    clocks_mhz: list[int] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     error: Optional[str] = None
+    compile_error: Optional[str] = None
     seconds: float = 0.0
+
+
+def _keep(reply, throttle: float, max_clock: Optional[int]) -> list[bool]:
+    """Samples taken while the SM clock sat below `throttle` x its maximum are dropped (re-taken by
+    the next rounds); without clock readings every sample is kept."""
+    if not reply.clocks_mhz or not max_clock:
+        return [True] * len(reply.times_ms)
+    return [c >= throttle * max_clock for c in reply.clocks_mhz]
 
 
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float) -> Measurement:
-    """Alternate candidate and reference rounds until both are stable or the budget is spent.
-    `cand` and `ref` are isolation.Worker objects that have built their models."""
+    """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
+    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models."""
     from .records import Command
     t = cfg.timing
-    m = Measurement()
+    m = Measurement(cuda_graph=cuda and t.cuda_graph)
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
+    with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
     warm = True
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
-        cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2)
+        cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2,
+                      cuda_graph=m.cuda_graph)
         c_reply, c_wall = cand.request(cmd, timeout)
         if not c_reply.ok:
             m.error = c_reply.error
             m.flags.append(c_reply.error_kind or "runtime_error")
             break
-        cand.pause()
+        cand.pause()  # nothing of the candidate's runs while the reference is timed
         try:
             r_reply, r_wall = ref.request(cmd, ref_timeout)
+            if with_compiled:
+                k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
+                                         ref_timeout + (600 if warm else 0))
+                if not k_reply.ok:
+                    m.compile_error, with_compiled = k_reply.error, False
+                    if ref.returncode is not None:
+                        raise RuntimeError(f"reference died in torch.compile: {k_reply.error}")
         finally:
             cand.resume()
         if not r_reply.ok:
@@ -193,21 +312,36 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             if not fingerprints_match(cf, rf, tol):
                 m.mismatched_calls += 1
         m.rounds += 1
-        if warm:  # the first round's wall includes warm-up; keep its samples out of everything
+        m.l2_reset = bool(r_reply.l2_reset)
+        if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
+            if "cuda_graph_unavailable" in c_reply.flags + r_reply.flags and m.cuda_graph:
+                m.cuda_graph = False  # both sides or neither: a fair comparison first
+                m.flags.append("cuda_graph_unavailable")
+                warm = True
+            m.max_clock_mhz = r_reply.max_clock_mhz
             continue
-        m.cand += c_reply.times_ms
-        m.ref += r_reply.times_ms
-        m.cand_host += c_reply.host_ms
-        m.ref_host += r_reply.host_ms
+        keep_c = _keep(c_reply, t.throttle_ratio, m.max_clock_mhz)
+        keep_r = _keep(r_reply, t.throttle_ratio, m.max_clock_mhz)
+        m.throttled += keep_c.count(False) + keep_r.count(False)
+        m.cand += [x for x, k in zip(c_reply.times_ms, keep_c) if k]
+        m.ref += [x for x, k in zip(r_reply.times_ms, keep_r) if k]
+        m.cand_host += [x for x, k in zip(c_reply.host_ms, keep_c) if k]
+        m.ref_host += [x for x, k in zip(r_reply.host_ms, keep_r) if k]
+        m.clocks_mhz += r_reply.clocks_mhz
+        if with_compiled and k_reply.ok:
+            m.compiled += k_reply.times_ms
         m.cand_rounds.append((c_wall * 1e3, sum(c_reply.times_ms), len(seeds)))
         m.ref_rounds.append((r_wall * 1e3, sum(r_reply.times_ms), len(seeds)))
-        n = len(m.cand)
+        n = min(len(m.cand), len(m.ref))
         elapsed = time.perf_counter() - t_start
         if n >= min_calls and m.rounds > t.min_rounds:
             stable = summarize(m.cand).rel_sem < t.target_rel_sem and summarize(m.ref).rel_sem < t.target_rel_sem
-            if stable or n >= t.max_calls or elapsed > 2 * t.budget_s:
+            if stable or n >= t.max_calls or elapsed > t.budget_s:
                 break
+        if m.rounds > 4 * (t.max_calls // round_calls + t.min_rounds) + 8:
+            m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
+            break
     m.seconds = time.perf_counter() - t_start
     return m
 
@@ -216,7 +350,7 @@ def clock_checks(m: Measurement, cfg) -> list[str]:
     """Reported device times against host clocks. Reference and candidate pay the same harness
     overhead per call (input generation, flush, fingerprint), so the reference calibrates it."""
     flags = []
-    if not m.cand or not m.ref:
+    if len(m.cand) < 2 or len(m.ref) < 2:
         return flags
     h = cfg.hardening
     med_c = statistics.median(m.cand)

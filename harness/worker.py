@@ -203,6 +203,7 @@ class Runner:
         self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.get("dtype") or "")
         self.model = None
         self.cls = None
+        self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
         self.ext_calls = [0]
         if self.role == "candidate":
             self._poison()
@@ -265,6 +266,15 @@ class Runner:
             model.train(bool(self.meta.get("train", True)))
         self.model = model
 
+    def timed_callable(self, variant: str):
+        if variant == "compiled":
+            if self.role != "reference":
+                raise InterfaceError("only the reference has a torch.compile variant")
+            if "compiled" not in self.cache:
+                self.cache["compiled"] = self.torch.compile(self.model)
+            return self.cache["compiled"]
+        return lambda *inputs: self.forward(list(inputs))
+
     def forward(self, inputs: list):
         try:
             return self.model(*inputs)
@@ -313,9 +323,10 @@ class Runner:
                         and "CUDA" in str(e.device_type)})
         return out, names[:200]
 
-    def time(self, seeds: list[int], warmup: int, flush_l2: bool, npos: int) -> dict[str, list]:
+    def time(self, cmd) -> dict:
         from .timing import time_calls
-        return time_calls(self, seeds, warmup=warmup, flush_l2=flush_l2, npos=npos)
+        return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, npos=cmd.sample_positions,
+                          variant=cmd.variant, graph=cmd.cuda_graph)
 
 
 class InterfaceError(Exception):
@@ -405,8 +416,7 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "time":
-                res = runner.time(cmd.seeds, cmd.warmup, cmd.flush_l2, cmd.sample_positions)
-                reply = Reply(op="time", ok=True, **res)
+                reply = Reply(op="time", ok=True, **runner.time(cmd))
             else:
                 reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
         except InterfaceError as e:

@@ -1,0 +1,320 @@
+"""Where a batch's work runs: builds on CPU workers, evaluations on device slots.
+
+The pipeline (batch.py) decides what runs next and writes the records; an `Executor` only runs two
+kinds of task and hands back futures:
+
+- `submit_compile(task)`: build one solution into the content-addressed cache in an isolated child
+  (no GPU visible). Anything that needs no device finishes here with its record: no code, rejected
+  by the static checks, a failed build.
+- `submit_eval(task, slot)`: evaluate one built solution on one device slot (a GPU, or the CPU). A
+  slot runs one evaluation at a time and keeps the reference sessions of the problems it works on
+  (outputs and process computed once, reused by every solution of that problem on that slot).
+- `retire(problem)`: no more evaluations of this problem: slots close its reference sessions.
+
+`LocalExecutor` runs compiles on a thread pool (each compile is a child process already) and gives
+each slot a single thread. A distributed backend (Ray: compile tasks as remote functions, one actor per
+GPU running `SlotRuntime`) fits behind the same four methods; the tasks and outcomes are plain,
+picklable data and the work functions below carry no state but the slot's sessions.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Protocol
+
+from .config import Config
+from .problems import Problem
+from .records import CompileReply, EvalResult, Status
+
+Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
+
+
+@dataclass
+class DeviceSlot:
+    """One place evaluations run: a GPU (its children see only it) or the CPU."""
+
+    name: str                      # "cuda:0", "cpu"
+    device: str                    # "cuda" | "cpu"
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CompileTask:
+    index: int
+    solution: str
+    problem: Problem
+    label: Optional[str]
+    cfg: Config
+    device: str
+    size: str
+    dtype: Optional[str]
+    env: dict[str, str] = field(default_factory=dict)  # for the build child: CUDA_VISIBLE_DEVICES="" on GPU runs
+    # on a GPU run, an import that fails with no GPU visible is retried in the evaluation stage (the
+    # solution may touch CUDA at import time), not judged here
+    retry_import_on_device: bool = False
+
+
+@dataclass
+class CompileOutcome:
+    index: int
+    compiled: Optional[Compiled] = None     # a build to evaluate on a device
+    record: Optional[EvalResult] = None     # finished without a device
+    needs_device: bool = False
+    wall_s: float = 0.0
+    cpu_s: Optional[float] = None           # CPU time of the build child and everything it ran
+    error: Optional[str] = None             # a harness failure (no record)
+
+
+@dataclass
+class EvalTask:
+    index: int
+    solution: str
+    problem: Problem
+    label: Optional[str]
+    cfg: Config
+    compiled: Optional[Compiled]            # None: build on the slot (with its GPU visible)
+    compile_s: float = 0.0
+
+
+@dataclass
+class EvalOutcome:
+    index: int
+    slot: str
+    record: Optional[EvalResult] = None
+    error: Optional[str] = None
+    problem_failed: bool = False            # the reference itself failed: no verdict for anyone
+    reference_started: bool = False
+    busy_s: float = 0.0
+
+
+class Executor(Protocol):
+    slots: list[DeviceSlot]
+    compile_workers: int
+
+    def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]": ...
+
+    def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]": ...
+
+    def retire(self, problem_key: str) -> None: ...
+
+    def shutdown(self, cancel: bool = False) -> None: ...
+
+
+def problem_key(p: Problem) -> str:
+    return str(p.path)
+
+
+# --------------------------------------------------------------------------------------------------
+# The work itself, independent of where it runs.
+
+_source_lock = threading.Lock()
+
+
+def compile_item(task: CompileTask) -> CompileOutcome:
+    """Build one solution in an isolated child. Items that need no device get their record here."""
+    from .build import extensions_dir, source_file
+    from .evaluation import evaluate
+    from .reference import ReferenceSession
+    from .solutions import load_solution
+    from .static_checks import check_source
+
+    t0 = time.perf_counter()
+    out = CompileOutcome(index=task.index)
+    cfg = task.cfg
+    try:
+        sol = load_solution(task.solution)
+        idle_ref = ReferenceSession(task.problem, cfg, task.device, task.size, task.dtype)  # never started
+        if sol.code is None or check_source(sol.code).rejected:
+            out.record = evaluate(task.solution, task.problem, cfg, label=task.label, reference=idle_ref)
+            return out
+        cache = Path(cfg.cache_dir).resolve()
+        with _source_lock:  # two threads must not write the same extracted file at once
+            module = source_file(sol.code, sol.path, cache, sol.extracted)
+        ext = extensions_dir(sol.code, task.device, cache)
+        reply, failure, log, cpu = compile_with_usage(module, ext, task.device, cfg.timeouts.compile_s, task.env)
+        out.cpu_s = cpu
+        built_ok = failure is None and reply is not None and reply.ok
+        retry = task.retry_import_on_device and (
+            (failure or "").startswith("died") or (reply is not None and reply.category == "import_error"))
+        if built_ok:
+            out.compiled, out.needs_device = (reply, failure, log), True
+        elif retry:
+            out.compiled, out.needs_device = None, True
+        else:
+            out.record = evaluate(task.solution, task.problem, cfg, label=task.label, reference=idle_ref,
+                                  compiled=(reply, failure, log))
+    except Exception as e:  # noqa: BLE001 - a harness bug must not stop the batch
+        out.error = f"internal error while building: {type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
+    finally:
+        out.wall_s = time.perf_counter() - t0
+        if out.record is not None:
+            _charge_compile(out.record, out.wall_s)
+    return out
+
+
+def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str]):
+    """build.compile_solution, plus the CPU seconds of the child and everything it waited for (the
+    compiler), and at low priority so that builds never slow an evaluation running beside them.
+    Returns (reply, failure, log_tail, cpu_seconds)."""
+    from .build import child_env
+    from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
+
+    setup = {"role": "compile", "solution_path": str(module), "device": device}
+    w = Worker(setup, env=child_env(ext, device, extra_env))
+    try:
+        os.setpriority(os.PRIO_PROCESS, w.proc.pid, 10)  # inherited by ninja and the compiler
+    except (OSError, AttributeError):
+        pass
+    cpu = None
+    try:
+        try:
+            line = w.wait_json(timeout)
+            reply = CompileReply.model_validate_json(line)
+            cpu = _reap_cpu(w.proc.pid)
+            return reply, None, w.log_tail(), cpu
+        except WorkerTimeout:
+            w.kill()
+            return None, "timeout", w.log_tail(), cpu
+        except (WorkerDied, WorkerProtocolError, ValueError) as e:
+            return None, f"died: {e}", w.log_tail(), _reap_cpu(w.proc.pid, wait=0.5)
+    finally:
+        w.close()
+
+
+def _reap_cpu(pid: int, wait: float = 10.0) -> Optional[float]:
+    """Wait for the child to exit (it does right after replying) and return its user+system CPU,
+    children included. Popen copes with a child reaped behind its back."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            got, _status, ru = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if got == pid:
+            return ru.ru_utime + ru.ru_stime
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _charge_compile(rec: EvalResult, seconds: float) -> None:
+    """The build ran ahead of the evaluation: its wall time is the record's compile phase."""
+    rec.phases.total_s += max(0.0, seconds - rec.phases.compile_s)
+    rec.phases.compile_s = max(rec.phases.compile_s, seconds)
+
+
+class SlotRuntime:
+    """One device slot's state: its environment and up to `max_sessions` live reference sessions,
+    least recently used closed first. Used from one thread at a time."""
+
+    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = 2):
+        self.slot, self.size, self.dtype = slot, size, dtype
+        self.max_sessions = max(1, max_sessions)
+        self.sessions: OrderedDict[str, object] = OrderedDict()
+        self.references_started = 0
+
+    def _session(self, problem: Problem, cfg: Config):
+        from .reference import ReferenceSession
+        key = problem_key(problem)
+        if key in self.sessions:
+            self.sessions.move_to_end(key)
+            return self.sessions[key]
+        while len(self.sessions) >= self.max_sessions:
+            _, old = self.sessions.popitem(last=False)
+            old.close()
+        s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype, env_extra=dict(self.slot.env))
+        self.sessions[key] = s
+        return s
+
+    def drop(self, key: str) -> None:
+        s = self.sessions.pop(key, None)
+        if s is not None:
+            s.close()
+
+    def evaluate(self, task: EvalTask) -> EvalOutcome:
+        from .evaluation import evaluate
+        from .reference import ReferenceError
+
+        t0 = time.perf_counter()
+        out = EvalOutcome(index=task.index, slot=self.slot.name)
+        key = problem_key(task.problem)
+        session = self._session(task.problem, task.cfg)
+        had_outputs = session.trials is not None
+        try:
+            rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
+                           compiled=task.compiled, env_extra=dict(self.slot.env))
+            if task.compiled is not None:
+                _charge_compile(rec, task.compile_s)
+            else:  # built here, after a first try without the GPU
+                rec.phases.compile_s += task.compile_s
+                rec.phases.total_s += task.compile_s
+            out.record = rec
+            # a reference that died, or that may have a reply still in flight (a timeout mid-round),
+            # is not reused: the next solution of this problem gets a fresh one
+            if session.worker is None or session.worker.returncode is not None or rec.status == Status.timeout:
+                self.drop(key)
+        except ReferenceError as e:
+            out.error, out.problem_failed = str(e), True
+            self.drop(key)
+        except Exception as e:  # noqa: BLE001 - a harness bug must not stop the batch
+            out.error = f"internal error while evaluating: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+            self.drop(key)
+        out.reference_started = not had_outputs and session.trials is not None
+        if out.reference_started:
+            self.references_started += 1
+        out.busy_s = time.perf_counter() - t0
+        return out
+
+    def retire(self, key: str) -> None:
+        self.drop(key)
+
+    def close(self) -> None:
+        for key in list(self.sessions):
+            self.drop(key)
+
+
+class LocalExecutor:
+    """Compiles on a thread pool of `compile_workers` (each build is its own child process); one
+    thread per device slot, which owns that slot's reference sessions."""
+
+    def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
+                 max_sessions: int = 2):
+        self.slots = slots
+        self.compile_workers = max(1, compile_workers)
+        self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
+        self._slot_pools = {s.name: ThreadPoolExecutor(1, thread_name_prefix=f"slot-{s.name}") for s in slots}
+        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions) for s in slots}
+
+    def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
+        return self._compile_pool.submit(compile_item, task)
+
+    def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]":
+        return self._slot_pools[slot.name].submit(self._runtimes[slot.name].evaluate, task)
+
+    def retire(self, problem_key: str) -> None:
+        for name, rt in self._runtimes.items():
+            if problem_key in rt.sessions:
+                self._slot_pools[name].submit(rt.retire, problem_key)
+
+    def references_started(self) -> dict[str, int]:
+        return {name: rt.references_started for name, rt in self._runtimes.items()}
+
+    def shutdown(self, cancel: bool = False) -> None:
+        self._compile_pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        for name, pool in self._slot_pools.items():
+            if not cancel:
+                pool.submit(self._runtimes[name].close)
+            pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        if cancel:
+            for rt in self._runtimes.values():
+                for s in list(rt.sessions.values()):
+                    try:
+                        s.close()
+                    except Exception:  # noqa: BLE001
+                        pass

@@ -1,0 +1,207 @@
+"""Leaderboards: runs' results.jsonl merged into one row per (label, problem) and a summary per label.
+
+Per (label, problem): the best status among its solutions (passed if any passed), how many solutions
+and how many passed, and the best passing speedup with its runtime. Per label: record counts per
+status, fast_p for p in FAST_P (the fraction of the run's problems where the label has a passing
+solution faster than p times the reference, i.e. speedup > p; fast_0 is the fraction solved;
+problems without a passing solution count as failures; the denominator is every problem in the
+merged runs, attempted or not), and the geometric-mean speedup over the label's passing solutions.
+
+Merging: when the same solution (label, problem, solution_hash) has records in several runs, the last
+one given (and within a run, the last written) stands.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pandas as pd
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
+                "interface_error", "no_code"]
+COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "runtime_ms", "ref_runtime_ms",
+           "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
+
+
+def fast_col(p: float) -> str:
+    return f"fast_{p:g}"
+
+
+def results_file(run: str | Path) -> Path:
+    p = Path(run)
+    return p / "results.jsonl" if p.is_dir() else p
+
+
+def load_records(runs: Iterable[str | Path]) -> pd.DataFrame:
+    rows = []
+    for order, run in enumerate(runs):
+        path = results_file(run)
+        if not path.exists():
+            raise FileNotFoundError(f"no results at {path}")
+        for n, line in enumerate(path.read_text().splitlines()):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            env = r.get("env") or {}
+            rows.append({"run": str(path.parent if path.name == "results.jsonl" else path), "order": (order, n),
+                         "label": r.get("label") or "-", "problem": r["problem"], "solution": r.get("solution", ""),
+                         "status": r["status"], "speedup": r.get("speedup"), "runtime_ms": r.get("runtime_ms"),
+                         "ref_runtime_ms": r.get("ref_runtime_ms"), "solution_hash": r.get("solution_hash"),
+                         "problem_hash": r.get("problem_hash"), "config_hash": r.get("config_hash"),
+                         "device": r.get("device"), "gpu": env.get("gpu_name") or env.get("cpu"),
+                         "flags": ",".join(r.get("flags") or [])})
+    df = pd.DataFrame(rows, columns=COLUMNS + ["order"])
+    if df.empty:
+        return df.drop(columns="order")
+    df = df.sort_values("order")
+    df = df.drop_duplicates(subset=["label", "problem", "solution", "solution_hash"], keep="last")
+    for col in ("speedup", "runtime_ms", "ref_runtime_ms"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df.drop(columns="order").reset_index(drop=True)
+
+
+def _best_status(statuses: pd.Series) -> str:
+    present = set(statuses)
+    return next((s for s in STATUS_ORDER if s in present), statuses.iloc[0])
+
+
+def per_problem(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (label, problem)."""
+    rows = []
+    for (label, problem), g in df.groupby(["label", "problem"], sort=True):
+        passed = g[(g.status == "passed") & g.speedup.notna()]
+        best = passed.loc[passed.speedup.idxmax()] if not passed.empty else None
+        rows.append({"label": label, "problem": problem, "status": _best_status(g.status),
+                     "solutions": len(g), "passed": int((g.status == "passed").sum()),
+                     "best_speedup": None if best is None else float(best.speedup),
+                     "runtime_ms": None if best is None else best.runtime_ms,
+                     "ref_runtime_ms": None if best is None else best.ref_runtime_ms,
+                     "best_solution": None if best is None else best.solution})
+    return pd.DataFrame(rows, columns=["label", "problem", "status", "solutions", "passed", "best_speedup",
+                                       "runtime_ms", "ref_runtime_ms", "best_solution"])
+
+
+def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.DataFrame:
+    """One row per label: counts per status (over solutions), fast_p (over problems), geomean speedup
+    (over passing solutions)."""
+    n_problems = n_problems or df.problem.nunique()
+    counts = (df.groupby(["label", "status"]).size().unstack(fill_value=0)
+              .reindex(columns=STATUS_ORDER, fill_value=0))
+    best = (df[(df.status == "passed") & df.speedup.notna()].groupby(["label", "problem"]).speedup.max()
+            .reset_index())
+    rows = []
+    for label in sorted(df.label.unique()):
+        mine = df[df.label == label]
+        b = best[best.label == label].speedup
+        passed_sp = mine[(mine.status == "passed") & (mine.speedup > 0)].speedup
+        row = {"label": label, "problems": n_problems, "attempted": mine.problem.nunique(),
+               "solved": int(len(b)), "solutions": len(mine)}
+        row.update({s: int(counts.loc[label, s]) for s in STATUS_ORDER})
+        row.update({fast_col(p): (float((b > p).sum()) / n_problems if n_problems else 0.0) for p in FAST_P})
+        row["geomean_speedup"] = float(math.exp(passed_sp.map(math.log).mean())) if len(passed_sp) else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_csv(pp: pd.DataFrame, summary: pd.DataFrame, path: str | Path) -> tuple[Path, Path]:
+    """`path` gets the (label, problem) rows; `<stem>_summary.csv` beside it the per-label summary."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pp.to_csv(path, index=False)
+    spath = path.with_name(path.stem + "_summary" + (path.suffix or ".csv"))
+    summary.to_csv(spath, index=False)
+    return path, spath
+
+
+def _fmt(v, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "x":
+        return f"{v:.3f}x"
+    if kind == "ms":
+        return f"{v * 1e3:.1f} us" if v < 1 else f"{v:.3f} ms"
+    if kind == "frac":
+        return f"{v:.2f}"
+    return str(v)
+
+
+def _summary_cells(r) -> list[str]:
+    counts = ", ".join(f"{s} {int(r[s])}" for s in STATUS_ORDER if r[s])
+    return ([str(r["label"]), f"{int(r['solved'])}/{int(r['problems'])}", str(int(r["solutions"])), counts]
+            + [_fmt(r[fast_col(p)], "frac") for p in FAST_P] + [_fmt(r["geomean_speedup"], "x")])
+
+
+SUMMARY_HEAD = ["label", "solved", "solutions", "statuses"] + [fast_col(p) for p in FAST_P] + ["geomean"]
+PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime", "reference"]
+
+
+def _problem_cells(r) -> list[str]:
+    return [str(r["label"]), str(r["problem"]), str(r["status"]), f"{int(r['passed'])}/{int(r['solutions'])}",
+            _fmt(r["best_speedup"], "x"), _fmt(r["runtime_ms"], "ms"), _fmt(r["ref_runtime_ms"], "ms")]
+
+
+def wide(console):
+    """Tables printed to a file or a pipe are not squeezed into 80 columns."""
+    if console.is_terminal or console.width >= 160:
+        return console
+    from rich.console import Console
+    return Console(file=console.file, width=160, no_color=console.no_color)
+
+
+def render_summary(summary: pd.DataFrame, console, title: Optional[str] = None) -> None:
+    from rich.table import Table
+    console = wide(console)
+    t = Table(title=title, title_justify="left")
+    for h in SUMMARY_HEAD:
+        t.add_column(h, justify="left" if h in ("label", "statuses") else "right")
+    for _, r in summary.iterrows():
+        t.add_row(*_summary_cells(r))
+    console.print(t)
+
+
+def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> None:
+    from rich.table import Table
+
+    from .report import STATUS_STYLE
+    console = wide(console)
+    t = Table(title=title, title_justify="left")
+    for h in PROBLEM_HEAD:
+        t.add_column(h, justify="right" if h in ("passed", "best speedup", "runtime", "reference") else "left")
+    for _, r in pp.iterrows():
+        cells = _problem_cells(r)
+        cells[2] = f"[{STATUS_STYLE.get(cells[2], '')}]{cells[2]}[/]"
+        t.add_row(*cells)
+    console.print(t)
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
+    return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + "\n\n## Per label\n\n"
+            + _md_table(SUMMARY_HEAD, [_summary_cells(r) for _, r in summary.iterrows()])
+            + "\n## Per problem\n\n"
+            + _md_table(PROBLEM_HEAD, [_problem_cells(r) for _, r in pp.iterrows()]))
+
+
+def warn_mixed(df: pd.DataFrame, console) -> None:
+    """Speedups from different configs or hardware do not belong in one ranking: say so."""
+    for col, what in (("config_hash", "configs"), ("gpu", "devices")):
+        vals = sorted(str(v) for v in df[col].dropna().unique())
+        if len(vals) > 1:
+            console.print(f"[yellow]warning[/]: these records come from {len(vals)} {what}: {', '.join(vals[:4])}",
+                          highlight=False)
+
+
+def summary_json(summary: pd.DataFrame) -> str:
+    rows = json.loads(summary.to_json(orient="records"))
+    return json.dumps(rows)
+

@@ -1,0 +1,340 @@
+"""`harness batch` and `harness leaderboard`: matching, labels, records, resume after a crash, merging,
+and the fast_p / geomean aggregation. CPU only; pure-PyTorch solutions except one tiny C++ one (the
+honest_cpp fixture, whose build the verdict tests share through the test cache)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import conftest
+from conftest import CACHE, ROOT
+
+PROBLEMS = ROOT / "tests" / "problems"
+CONFIG = getattr(conftest, "make_config", None) or getattr(conftest, "test_config")
+
+GOOD = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return {}\n"
+ZEROS = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+         "        return torch.zeros_like(x)\n")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def cli_config(tmp: Path) -> Path:
+    return write(tmp / "batch.toml", f'cache_dir = "{CACHE}"\n[timing]\nbudget_s = 0.3\nmax_calls = 20\n'
+                                     "round_calls = 5\nmin_rounds = 3\n[correctness]\ntrials = 2\n")
+
+
+def batch(*args, cfg: Path, timeout=600, **kw):
+    return subprocess.run([sys.executable, "-m", "harness.cli", "batch", *map(str, args), "--config", str(cfg),
+                           "--device", "cpu", "--compile-workers", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end, through the command line
+
+def test_batch_labels_problem_folders_and_unmatched(tmp_path):
+    subs = tmp_path / "subs"
+    write(subs / "modelA/relu_add/good.py", GOOD.format("torch.relu(a + b)"))
+    write(subs / "modelA/relu_add/wrong.py", GOOD.format("torch.relu(a - b)"))
+    shutil.copy(ROOT / "tests/fixtures/cpu/honest_cpp.py", subs / "modelA/relu_add/cpp_good.py")
+    write(subs / "modelB/softmax_wide/zeros.py", ZEROS)
+    write(subs / "modelB/softmax_wide/broken.py", "import torch\nclass ModelNew(:\n")
+    write(subs / "modelB/notes/stray.py", "print('not a solution of anything')\n")
+    run = tmp_path / "run"
+    p = batch(subs, "--problems", PROBLEMS, "--out", run, "--json", cfg=cli_config(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    # the unmatched file is reported, with the rules, and the batch went on
+    assert "stray.py" in p.stderr and "matches no problem" in p.stderr and "--problem" in p.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert [Path(s["solution"]).name for s in summary["skipped"]] == ["stray.py"]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "skipped" and e["solution"].endswith("stray.py") for e in events)
+
+    recs = {Path(r["solution"]).name: r for r in records(run)}
+    assert sorted(recs) == ["broken.py", "cpp_good.py", "good.py", "wrong.py", "zeros.py"]
+    expect = {"good.py": ("passed", "modelA", "relu_add"), "cpp_good.py": ("passed", "modelA", "relu_add"),
+              "wrong.py": ("incorrect", "modelA", "relu_add"), "zeros.py": ("incorrect", "modelB", "softmax_wide"),
+              "broken.py": ("compile_error", "modelB", "softmax_wide")}
+    for name, (status, label, problem) in expect.items():
+        r = recs[name]
+        assert (r["status"], r["label"], r["problem"]) == (status, label, problem), (name, r["error"])
+        assert r["solution_hash"] and r["problem_hash"] and r["config_hash"] and r["device"] == "cpu"
+    # a failed build never reaches the device: no candidate was loaded, no reference environment
+    assert recs["broken.py"]["phases"]["load_s"] == 0 and recs["broken.py"]["env"] is None
+    assert recs["broken.py"]["phases"]["compile_s"] > 0
+    assert (run / "config.json").exists() and json.loads((run / "env.json").read_text())["torch"]
+
+    # leaderboard.csv: one row per (label, problem)
+    lb = pd.read_csv(run / "leaderboard.csv")
+    rows = {(r.label, r.problem): r for r in lb.itertuples()}
+    assert set(rows) == {("modelA", "relu_add"), ("modelB", "softmax_wide")}
+    a = rows[("modelA", "relu_add")]
+    best = max(recs["good.py"]["speedup"], recs["cpp_good.py"]["speedup"])
+    assert a.status == "passed" and a.solutions == 3 and a.passed == 2 and a.best_speedup == pytest.approx(best)
+    assert rows[("modelB", "softmax_wide")].status == "incorrect"
+
+    # per-label summary, by hand: 2 problems in the run; modelA solved one of them
+    s = pd.read_csv(run / "leaderboard_summary.csv").set_index("label")
+    assert s.loc["modelA", "problems"] == 2 and s.loc["modelA", "passed"] == 2
+    assert s.loc["modelA", "incorrect"] == 1 and s.loc["modelB", "compile_error"] == 1
+    for p_ in (0, 0.5, 0.8, 1, 1.5, 2):
+        assert s.loc["modelA", f"fast_{p_:g}"] == pytest.approx((1 if best > p_ else 0) / 2)
+        assert s.loc["modelB", f"fast_{p_:g}"] == 0
+    geo = math.sqrt(recs["good.py"]["speedup"] * recs["cpp_good.py"]["speedup"])
+    assert s.loc["modelA", "geomean_speedup"] == pytest.approx(geo)
+    assert pd.isna(s.loc["modelB", "geomean_speedup"])
+
+    # --json: the per-label summary, and nothing else, on stdout
+    out = p.stdout.strip().splitlines()
+    assert len(out) == 1 and {r["label"] for r in json.loads(out[0])} == {"modelA", "modelB"}
+
+
+def test_kernelbench_layout(tmp_path):
+    from harness.batch import run_batch
+
+    kb = tmp_path / "kb" / "level1"
+    shutil.copy(PROBLEMS / "relu_add.py", write(kb / "1_Relu_Add.py", ""))
+    shutil.copy(PROBLEMS / "softmax_wide.py", write(kb / "2_Softmax_Wide.py", ""))
+    gen = tmp_path / "gen" / "modelK"
+    write(gen / "level_1_problem_1_sample_0_kernel.py", GOOD.format("(a + b).clamp_min(0)"))
+    write(gen / "level_1_problem_2_sample_0_kernel.py", ZEROS)
+    write(gen / "level_1_problem_2_sample_1_kernel.md", "I could not write this kernel, sorry.\n")
+    write(gen / "level_1_problem_7_sample_0_kernel.py", ZEROS)   # no problem 7
+    write(gen / "level_2_problem_1_sample_0_kernel.py", ZEROS)   # no level 2
+    run = tmp_path / "run"
+    summary = run_batch([str(tmp_path / "gen")], CONFIG(device="cpu"), problem_roots=[str(tmp_path / "kb")],
+                        out=str(run), compile_workers=1)
+    recs = {Path(r["solution"]).name: r for r in records(run)}
+    assert {k: (v["problem"], v["status"], v["label"]) for k, v in recs.items()} == {
+        "level_1_problem_1_sample_0_kernel.py": ("level1/1_Relu_Add", "passed", "modelK"),
+        "level_1_problem_2_sample_0_kernel.py": ("level1/2_Softmax_Wide", "incorrect", "modelK"),
+        "level_1_problem_2_sample_1_kernel.md": ("level1/2_Softmax_Wide", "no_code", "modelK"),
+    }
+    skipped = {Path(s.solution).name: s.reason for s in summary.skipped}
+    assert set(skipped) == {"level_1_problem_7_sample_0_kernel.py", "level_2_problem_1_sample_0_kernel.py"}
+    assert "level 1 problem 7" in skipped["level_1_problem_7_sample_0_kernel.py"]
+    assert summary.references == {"cpu": 2}  # one reference per problem, not per solution
+
+
+def test_resume_after_sigkill(tmp_path):
+    subs = tmp_path / "subs" / "modelR" / "relu_add"
+    bodies = ["torch.relu(a + b)", "(a + b).clamp_min(0)", "torch.clamp(a + b, min=0)", "torch.relu(b + a)",
+              "torch.nn.functional.relu(a + b)", "torch.relu(a - b)"]
+    for i, body in enumerate(bodies):
+        write(subs / f"s{i}.py", GOOD.format(body))
+    cfg, run = cli_config(tmp_path), tmp_path / "run"
+    args = [sys.executable, "-m", "harness.cli", "batch", str(tmp_path / "subs"), "--problems", str(PROBLEMS),
+            "--out", str(run), "--config", str(cfg), "--device", "cpu", "--compile-workers", "1"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    results = run / "results.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if results.exists() and results.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the batch ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    before = records(run)
+    assert 1 <= len(before) < len(bodies)
+    with open(results, "a") as fh:  # a record torn by the crash: dropped, and its item redone
+        fh.write('{"problem": "relu_add", "solution": "')
+
+    p = subprocess.run(args + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = records(run)  # every line parses
+    names = sorted(Path(r["solution"]).name for r in after)
+    assert names == sorted(f"s{i}.py" for i in range(len(bodies))), "exactly one record per item"
+    assert {Path(r["solution"]).name: r["status"] for r in after}["s5.py"] == "incorrect"
+    assert f"{len(before)} item(s) already have a record" in p.stderr
+
+    # a second resume has nothing left to do
+    p = subprocess.run(args + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and len(records(run)) == len(bodies)
+    # and without --resume, an existing run is not appended to
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0 and "--resume" in p.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Leaderboards from hand-made records
+
+def rec(label, problem, status, speedup=None, solution=None, **kw):
+    from harness.records import EvalResult
+    return EvalResult(label=label, problem=problem, status=status, speedup=speedup,
+                      runtime_ms=(1.0 / speedup if speedup else None), ref_runtime_ms=1.0 if speedup else None,
+                      solution=solution or f"{label}/{problem}/{status}-{speedup}.py",
+                      solution_hash=f"h-{label}-{problem}-{status}-{speedup}", config_hash="c", **kw)
+
+
+def write_run(path: Path, recs) -> Path:
+    path.mkdir(parents=True)
+    (path / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in recs))
+    return path
+
+
+HAND = [rec("A", "p1", "passed", 2.0), rec("A", "p1", "passed", 0.9), rec("A", "p2", "incorrect"),
+        rec("A", "p3", "passed", 1.2), rec("A", "p3", "timeout"),
+        rec("B", "p1", "passed", 0.5), rec("B", "p2", "compile_error")]
+
+
+def test_fast_p_and_geomean_by_hand(tmp_path):
+    from harness.leaderboard import label_summary, load_records, per_problem
+    df = load_records([write_run(tmp_path / "r", HAND)])
+    s = label_summary(df).set_index("label")
+    # 3 problems in the run. A: best 2.0 on p1, 1.2 on p3, nothing on p2. B: 0.5 on p1.
+    assert s.loc["A", "problems"] == 3 and s.loc["A", "solved"] == 2 and s.loc["B", "attempted"] == 2
+    assert [s.loc["A", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
+        [2 / 3, 2 / 3, 2 / 3, 2 / 3, 1 / 3, 0.0])             # speedup > p, strictly: 2.0 is not > 2
+    assert [s.loc["B", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
+        [1 / 3, 0, 0, 0, 0, 0])
+    assert s.loc["A", "geomean_speedup"] == pytest.approx((2.0 * 0.9 * 1.2) ** (1 / 3))  # over passing solutions
+    assert s.loc["B", "geomean_speedup"] == pytest.approx(0.5)
+    assert (s.loc["A", "passed"], s.loc["A", "incorrect"], s.loc["A", "timeout"]) == (3, 1, 1)
+    assert s.loc["B", "compile_error"] == 1
+    pp = per_problem(df).set_index(["label", "problem"])
+    assert pp.loc[("A", "p1"), "best_speedup"] == 2.0 and pp.loc[("A", "p1"), "runtime_ms"] == pytest.approx(0.5)
+    assert pp.loc[("A", "p3"), "status"] == "passed" and pp.loc[("A", "p2"), "status"] == "incorrect"
+    assert pp.loc[("B", "p2"), "status"] == "compile_error"
+
+
+def test_leaderboard_merges_two_runs(tmp_path):
+    r1 = write_run(tmp_path / "r1", HAND)
+    # the second run: a new label, a new problem, and A's p2 solution fixed and re-run (same hash)
+    r2 = write_run(tmp_path / "r2", [rec("C", "p4", "passed", 3.0),
+                                     rec("A", "p2", "passed", 1.1, solution="A/p2/incorrect-None.py")
+                                     .model_copy(update={"solution_hash": "h-A-p2-incorrect-None"})])
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "leaderboard", str(r1), str(r2), "--csv",
+                        str(tmp_path / "lb.csv"), "--markdown", str(tmp_path / "lb.md")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "p4" in p.stdout and "fast_1.5" in p.stdout  # rich tables on stdout
+    lb = pd.read_csv(tmp_path / "lb.csv").set_index(["label", "problem"])
+    assert len(lb) == 6 and lb.loc[("C", "p4"), "best_speedup"] == 3.0
+    assert lb.loc[("A", "p2"), "status"] == "passed" and lb.loc[("A", "p2"), "solutions"] == 1  # the later run stands
+    s = pd.read_csv(tmp_path / "lb_summary.csv").set_index("label")
+    assert (s["problems"] == 4).all()                        # p1..p4 across both runs
+    assert s.loc["A", "fast_1"] == pytest.approx(3 / 4)       # 2.0, 1.1, 1.2 over 4 problems
+    assert s.loc["C", "fast_2"] == pytest.approx(1 / 4)
+    md = (tmp_path / "lb.md").read_text()
+    assert "| label | solved |" in md and "| C | p4 | passed |" in md
+
+
+# --------------------------------------------------------------------------------------------------
+# Matching rules and the scheduler, without running anything
+
+def test_matching_rules_and_labels(tmp_path):
+    from harness.batch import plan_items
+    from harness.problems import discover, find_problem
+    problems = discover([PROBLEMS]) + discover([ROOT / "problems"])
+    subs = tmp_path / "subs"
+    write(subs / "m1/relu_add/a.py", "x")                           # folder named after a problem
+    write(subs / "m1/level1/24_relu/b.md", "x")                     # a two-part problem name
+    write(subs / "m2/level_1_problem_1_sample_0_kernel.py", "x")    # KernelBench name (problems/level1/01_...)
+    write(subs / "m2/other/c.txt", "x")                             # nothing
+    write(subs / "m2/__pycache__/d.py", "x")                        # ignored
+    items, skipped = plan_items([subs], problems, None, None, "roots")
+    got = {it.path.name: (it.problem.name, it.label) for it in items}
+    assert got["a.py"] == ("relu_add", "m1")
+    assert got["b.md"][0] == "level1/24_relu" and got["b.md"][1] == "m1"
+    assert got["level_1_problem_1_sample_0_kernel.py"][1] == "m2"
+    assert got["level_1_problem_1_sample_0_kernel.py"][0].startswith("level1/01")
+    assert [Path(s.solution).name for s in skipped] == ["c.txt"] and "matches no problem" in skipped[0].reason
+    # --problem wins over everything; --label over folders; PATH being the problem folder: no label
+    fixed = find_problem(PROBLEMS / "softmax_wide.py")
+    items, skipped = plan_items([subs], problems, fixed, "L", "roots")
+    assert not skipped and {(it.problem.name, it.label) for it in items} == {("softmax_wide", "L")}
+    items, _ = plan_items([subs / "m1" / "relu_add"], problems, None, None, "roots")
+    assert [(it.problem.name, it.label) for it in items] == [("relu_add", None)]
+
+
+class FakeExecutor:
+    """Instant outcomes; remembers what ran where."""
+
+    def __init__(self, slots):
+        from harness.executor import DeviceSlot
+        self.slots = [DeviceSlot(n, "cpu") for n in slots]
+        self.compile_workers = 2
+        self.evals, self.retired = [], []
+
+    def submit_compile(self, task):
+        from harness.executor import CompileOutcome
+        from harness.records import CompileReply, EvalResult
+        f = Future()
+        if "bad" in task.solution:
+            r = EvalResult(problem=task.problem.name, solution=task.solution, status="compile_error",
+                           label=task.label)
+            f.set_result(CompileOutcome(task.index, record=r, wall_s=0.1))
+        else:
+            f.set_result(CompileOutcome(task.index, compiled=(CompileReply(ok=True), None, ""), needs_device=True,
+                                        wall_s=0.1))
+        return f
+
+    def submit_eval(self, task, slot):
+        from harness.executor import EvalOutcome
+        from harness.records import EvalResult
+        assert "bad" not in task.solution, "a failed build reached a device"
+        self.evals.append((slot.name, task.problem.name))
+        f = Future()
+        f.set_result(EvalOutcome(task.index, slot.name, record=EvalResult(
+            problem=task.problem.name, solution=task.solution, status="passed", speedup=1.0, label=task.label)))
+        return f
+
+    def retire(self, key):
+        self.retired.append(Path(key).stem)
+
+    def shutdown(self, cancel=False):
+        pass
+
+
+def test_pipeline_schedule(tmp_path):
+    from rich.console import Console
+
+    from harness.batch import BatchSummary, EventLog, Item, Pipeline, ResultsFile
+    from harness.problems import discover
+    probs = {p.name: p for p in discover([PROBLEMS])}
+    names = [("relu_add", "x0"), ("relu_add", "x1"), ("relu_add", "bad"), ("relu_add", "x2"),
+             ("softmax_wide", "y0"), ("softmax_wide", "y1"), ("softmax_wide", "y2"), ("linear_relu", "z0")]
+    items = [Item(i, tmp_path / f"{n}.py", probs[p], "L") for i, (p, n) in enumerate(names)]
+    ex = FakeExecutor(["g0", "g1"])
+    summary = BatchSummary(run_dir=tmp_path)
+    res = ResultsFile(tmp_path / "results.jsonl")
+    pipe = Pipeline(items, CONFIG(device="cpu"), ex, "cpu", "small", None, res, EventLog(tmp_path / "ev.jsonl"),
+                    summary, Console(file=open(os.devnull, "w")), False, {})
+    pipe.run()
+    res.close()
+    recs = records(tmp_path)
+    assert sorted(Path(r["solution"]).stem for r in recs) == sorted(n for _, n in names)
+    assert summary.statuses == {"passed": 7, "compile_error": 1}
+    assert sorted(ex.retired) == ["linear_relu", "relu_add", "softmax_wide"]  # each once, when done
+    for slot in ("g0", "g1"):  # a slot finishes a problem before it moves on: no A, B, A
+        seq = [p for s, p in ex.evals if s == slot]
+        runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
+        assert len(runs) == len(set(runs)), seq
+    assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
