@@ -112,8 +112,9 @@ def problems_list(problems_dir, level, text, as_json):
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
 @click.option("--size", type=click.Choice(["auto", "full", "small"]), default=None)
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--jobs", "-j", type=int, default=1, help="Problems checked at once (each in its own worker).")
 @click.option("--json", "as_json", is_flag=True)
-def problems_check(names, problems_dir, device, size, config_path, as_json):
+def problems_check(names, problems_dir, device, size, config_path, jobs, as_json):
     """Lint problems: flag outputs that are nearly constant, independent of the inputs or weights, or
     within tolerance of zero. Exits non-zero when any problem is flagged."""
     import json
@@ -128,15 +129,16 @@ def problems_check(names, problems_dir, device, size, config_path, as_json):
         probs = _problem_set(names, problems_dir)
     except LookupError as e:
         raise click.ClickException(str(e)) from None
+    from concurrent.futures import ThreadPoolExecutor
+
     err = _console()
     reports = []
-    for p in probs:
-        with err.status(f"checking {p.name}"):
-            reports.append(lint_problem(p, cfg, dev, sz))
-        if not as_json:
-            r = reports[-1]
-            mark = "[green]ok[/]" if not r["flags"] else "[red]" + ", ".join(r["flags"]) + "[/]"
-            err.print(f"{r['problem']}: {mark}" + "".join(f"\n    {k}: {v}" for k, v in r["notes"].items()))
+    with ThreadPoolExecutor(max(1, jobs)) as pool, err.status(f"checking {len(probs)} problems"):
+        for r in pool.map(lambda p: lint_problem(p, cfg, dev, sz), probs):
+            reports.append(r)
+            if not as_json:
+                mark = "[green]ok[/]" if not r["flags"] else "[red]" + ", ".join(r["flags"]) + "[/]"
+                err.print(f"{r['problem']}: {mark}" + "".join(f"\n    {k}: {v}" for k, v in r["notes"].items()))
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
     flagged = [r for r in reports if r["flags"]]

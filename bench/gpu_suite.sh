@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU part of the suite, as run on the device machine (see README "GPU machine"):
+# prebuild every CUDA solution in parallel, run tests/test_gpu.py serially, lint the whole library at
+# full size on the GPU. Logs go to $OUT (or bench/out).
+set -u
+OUT=${OUT:-bench/out}; mkdir -p "$OUT"
+if [ -d .wheels ] && ! python3 -c "import pydantic" 2>/dev/null; then
+  pip install -q --no-index --target /tmp/pyd .wheels/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/pyd:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+t0=$(date +%s)
+python3 bench/prebuild.py --cache-dir .cache/test-harness tests/fixtures/gpu/*.py tests/adversarial/gpu/*.py solutions/*/*.py > "$OUT/prebuild.txt" 2>&1
+tail -1 "$OUT/prebuild.txt"
+python3 -m pytest tests/test_gpu.py -q -rA -p no:cacheprovider -s > "$OUT/gpu_tests.txt" 2>&1
+echo "gpu tests: $(tail -1 "$OUT/gpu_tests.txt")  ($(( $(date +%s) - t0 ))s)"
+grep -E "^(PASSED|FAILED|ERROR)|speedup=" "$OUT/gpu_tests.txt" | cut -c1-200
+if [ "${LINT:-1}" = 1 ]; then
+  python3 -m harness.cli problems check --device cuda --size full --jobs 6 --json > "$OUT/lint.json" 2> "$OUT/lint.txt"
+  echo "library lint exit=$? : $(tail -1 "$OUT/lint.txt")"
+  grep -v ": ok" "$OUT/lint.txt" | grep -v "checked" | head -20
+fi
