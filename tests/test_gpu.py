@@ -26,7 +26,7 @@ def test_illegal_address_is_followed_by_a_normal_verdict():
     from harness.evaluation import evaluate
     cfg = make_config(device="cuda")
     problem = ROOT / "tests/problems/relu_add.py"
-    bad = evaluate(ROOT / "tests/fixtures/gpu/illegal_memory_access.py", problem, cfg)
+    bad = evaluate(ROOT / "tests/adversarial/gpu/illegal_memory_access.py", problem, cfg)
     good = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", problem, cfg)
     assert bad.status.value == "runtime_error" and "cuda" in ((bad.error or "") + (bad.log_tail or "")).lower()
     assert good.status.value == "passed", good.error
