@@ -79,6 +79,7 @@ def make_config(**overrides):
         "timing.max_calls": 40,
         "timing.round_calls": 5,
         "timing.budget_s": 0.5,
+        "timing.compile_baseline": "off",
         "timeouts.compile_s": 400,
         "timeouts.load_s": 60,
         "timeouts.run_s": 60,
