@@ -58,6 +58,7 @@ class Item:
     problem: Problem
     label: Optional[str]
     solution_hash: str = ""
+    builds: bool = True  # defines extensions (load_inline / cpp_extension): goes through a build child
 
     @property
     def pkey(self) -> str:
@@ -154,6 +155,7 @@ class Matcher:
 
 def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: Optional[str],
                roots_text: str) -> tuple[list[Item], list[Skipped]]:
+    from .evaluation import builds_extensions
     from .solutions import load_solution
     matcher = Matcher(problems, fixed)
     items, skipped = [], []
@@ -164,8 +166,9 @@ def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: 
             skipped.append(Skipped(str(f), f"matches no problem ({why or 'no rule applies'}). The {RULES}. "
                                            f"Problems searched: {roots_text} ({len(problems)} problems).", lab))
             continue
-        items.append(Item(index=0, path=f.resolve(), problem=prob, label=lab,
-                          solution_hash=load_solution(f).source_hash))
+        sol = load_solution(f)
+        items.append(Item(index=0, path=f.resolve(), problem=prob, label=lab, solution_hash=sol.source_hash,
+                          builds=sol.code is not None and builds_extensions(sol.code)))
     items.sort(key=lambda it: (it.problem.name, it.pkey, it.label or "", str(it.path)))
     for i, it in enumerate(items):
         it.index = i
@@ -381,7 +384,9 @@ class Pipeline:
         self.failed_problems: dict[str, str] = {}
         self.retired: set[str] = set()
         self.slots = [SlotState(s) for s in executor.slots]
-        self.compiling = 0
+        self.compiling = 0          # items in the first stage (builds and reads)
+        self.building = 0           # of which builds in flight or queued
+        self.builds_total = sum(it.builds for it in items)
         self.compiled = 0
         self.compile_failed = 0
         self.done = 0
@@ -447,17 +452,20 @@ class Pipeline:
         if self.verbose:
             sp = f" {rec.speedup:.2f}x" if rec.speedup else ""
             self.console.print(f"[{self.done + self.skipped}/{self.total}] {rec.status.value}{sp}  "
-                               f"{item.label or '-'}  {item.problem.name}  {item.short()}", highlight=False)
+                               f"{item.label or '-'}  {item.problem.name}  {item.short()}",
+                               highlight=False, soft_wrap=True)
 
     def _skip(self, item: Item, reason: str) -> None:
         sk = Skipped(str(item.path), reason, item.label, item.problem.name)
         self.skipped += 1
         self.summary.skipped.append(sk)
         self.events.write("skipped", **sk.__dict__)
-        self.console.print(f"[yellow]skipped[/] {item.path}: {reason.splitlines()[0][:400]}", highlight=False)
+        self.console.print(f"[yellow]skipped[/] {item.path}: {reason.splitlines()[0][:400]}",
+                           highlight=False, soft_wrap=True)
 
     def _on_compiled(self, item: Item, co: CompileOutcome) -> None:
         self.compiling -= 1
+        self.building -= item.builds
         self.summary.compiles += 1
         self.summary.compile_wall_s += co.wall_s
         self.summary.compile_cpu_s += co.cpu_s or 0.0
@@ -487,7 +495,7 @@ class Pipeline:
             self.failed_problems[k] = eo.error or "reference failed"
             self.events.write("problem_failed", problem=item.problem.name, slot=st.slot.name, error=eo.error)
             self.console.print(f"[red]problem {item.problem.name} failed on {st.slot.name}[/]: "
-                               f"{(eo.error or '').splitlines()[0][:400]}", highlight=False)
+                               f"{(eo.error or '').splitlines()[0][:400]}", highlight=False, soft_wrap=True)
             self._skip(item, f"problem {item.problem.name} failed: {eo.error}")
             for other, _ in self.ready.pop(k, deque()):
                 self._skip(other, f"problem {item.problem.name} failed: {eo.error}")
@@ -503,9 +511,11 @@ class Pipeline:
         for it in self.items:
             task = CompileTask(index=it.index, solution=str(it.path), problem=it.problem, label=it.label,
                                cfg=self.cfg, device=self.device, size=self.size, dtype=self.dtype,
-                               env=dict(self.compile_env), retry_import_on_device=self.device == "cuda")
+                               env=dict(self.compile_env), retry_import_on_device=self.device == "cuda",
+                               builds=it.builds)
             futures[self.ex.submit_compile(task)] = ("compile", it, None)
             self.compiling += 1
+            self.building += it.builds
         # everything below runs on this thread; the executor's threads only run tasks
         while futures:
             self._dispatch(futures)
@@ -523,9 +533,10 @@ class Pipeline:
 
     # -- what the progress display shows -----------------------------------------------------------
     def status_lines(self) -> list[str]:
-        lines = [f"compile: {self.summary.compiles}/{self.total} done ({self.compile_failed} failed), "
-                 f"{min(self.compiling, self.ex.compile_workers)} running on {self.ex.compile_workers} workers;  "
-                 f"evaluate: {sum(s.done for s in self.slots)} done, {sum(len(q) for q in self.ready.values())} waiting"]
+        lines = [f"build: {self.builds_total - self.building}/{self.builds_total} done ({self.compile_failed} failed), "
+                 f"{min(self.building, self.ex.compile_workers)} running on {self.ex.compile_workers} workers;  "
+                 f"evaluate: {sum(s.done for s in self.slots)} done, {sum(len(q) for q in self.ready.values())} "
+                 f"ready, {self.compiling} not yet read or built"]
         now = time.perf_counter()
         for s in self.slots:
             what = (f"{s.busy.problem.name}  {s.busy.label or '-'}/{s.busy.path.name}  ({now - s.since:.0f}s)"
@@ -572,7 +583,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     problems = discover(roots)
     items, skipped = plan_items(paths, problems, fixed, label, roots_text)
     for sk in skipped:
-        console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False)
+        console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
     if not items and not resume:
         raise BatchError(f"no solution matched a problem ({len(skipped)} file(s) skipped)")
 
@@ -613,10 +624,13 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         summary.resumed = len(items) - len(todo)
         if summary.resumed:
             console.print(f"resuming {run_dir}: {summary.resumed} item(s) already have a record, "
-                          f"{len(todo)} to go", highlight=False)
+                          f"{len(todo)} to go", highlight=False, soft_wrap=True)
         items = todo
 
-    workers = compile_workers or os.cpu_count() or 1
+    # all cores but one per device slot: the slot's own processes (and, on the CPU, the timing itself)
+    # keep a core, and builds run niced besides
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = compile_workers or max(1, cores - len(slots))
     executor = LocalExecutor(slots, workers, size, dtype)
     compile_env = {"CUDA_VISIBLE_DEVICES": ""}
     results = ResultsFile(results_path)
@@ -638,7 +652,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         executor.shutdown(cancel=True)
         _kill_children()
         console.print(f"[red]interrupted[/]: {summary.records} record(s) written to {results_path}; "
-                      "finish with --resume", highlight=False)
+                      "finish with --resume", highlight=False, soft_wrap=True)
     finally:
         results.close()
         if threading.current_thread() is threading.main_thread():

@@ -58,6 +58,7 @@ class CompileTask:
     # on a GPU run, an import that fails with no GPU visible is retried in the evaluation stage (the
     # solution may touch CUDA at import time), not judged here
     retry_import_on_device: bool = False
+    builds: bool = True  # has extensions to build; False: only read and parsed, no build child
 
 
 @dataclass
@@ -78,7 +79,7 @@ class EvalTask:
     problem: Problem
     label: Optional[str]
     cfg: Config
-    compiled: Optional[Compiled]            # None: build on the slot (with its GPU visible)
+    compiled: Optional[Compiled]            # None: evaluate() builds (or only parses) on the slot
     compile_s: float = 0.0
 
 
@@ -119,7 +120,7 @@ _source_lock = threading.Lock()
 def compile_item(task: CompileTask) -> CompileOutcome:
     """Build one solution in an isolated child. Items that need no device get their record here."""
     from .build import extensions_dir, source_file
-    from .evaluation import evaluate
+    from .evaluation import builds_extensions, evaluate
     from .reference import ReferenceSession
     from .solutions import load_solution
     from .static_checks import check_source
@@ -130,8 +131,11 @@ def compile_item(task: CompileTask) -> CompileOutcome:
     try:
         sol = load_solution(task.solution)
         idle_ref = ReferenceSession(task.problem, cfg, task.device, task.size, task.dtype)  # never started
-        if sol.code is None or check_source(sol.code).rejected:
+        if sol.code is None or check_source(sol.code).rejected or not _parses(sol.code):
             out.record = evaluate(task.solution, task.problem, cfg, label=task.label, reference=idle_ref)
+            return out
+        if not builds_extensions(sol.code):  # nothing to build: evaluate() only parses it, on the slot
+            out.needs_device = True
             return out
         cache = Path(cfg.cache_dir).resolve()
         with _source_lock:  # two threads must not write the same extracted file at once
@@ -158,19 +162,25 @@ def compile_item(task: CompileTask) -> CompileOutcome:
     return out
 
 
+def _parses(code: str) -> bool:
+    import ast
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str]):
     """build.compile_solution, plus the CPU seconds of the child and everything it waited for (the
-    compiler), and at low priority so that builds never slow an evaluation running beside them.
+    compiler), at the lowest priority so that builds never slow an evaluation running beside them.
     Returns (reply, failure, log_tail, cpu_seconds)."""
     from .build import child_env
     from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 
     setup = {"role": "compile", "solution_path": str(module), "device": device}
     w = Worker(setup, env=child_env(ext, device, extra_env))
-    try:
-        os.setpriority(os.PRIO_PROCESS, w.proc.pid, 10)  # inherited by ninja and the compiler
-    except (OSError, AttributeError):
-        pass
+    _background(w.proc.pid)
     cpu = None
     try:
         try:
@@ -185,6 +195,20 @@ def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, ext
             return None, f"died: {e}", w.log_tail(), _reap_cpu(w.proc.pid, wait=0.5)
     finally:
         w.close()
+
+
+def _background(pid: int) -> None:
+    """Builds take only CPU that evaluations leave idle (SCHED_IDLE, else nice 19), so a build beside
+    a timed run does not disturb its clocks. Inherited by ninja and the compiler."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    except (OSError, AttributeError):
+        pass
 
 
 def _reap_cpu(pid: int, wait: float = 10.0) -> Optional[float]:
@@ -288,11 +312,13 @@ class LocalExecutor:
         self.slots = slots
         self.compile_workers = max(1, compile_workers)
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
+        # solutions with nothing to build never wait behind a build: their devices stay fed meanwhile
+        self._light_pool = ThreadPoolExecutor(1, thread_name_prefix="read")
         self._slot_pools = {s.name: ThreadPoolExecutor(1, thread_name_prefix=f"slot-{s.name}") for s in slots}
         self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions) for s in slots}
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
-        return self._compile_pool.submit(compile_item, task)
+        return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task)
 
     def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]":
         return self._slot_pools[slot.name].submit(self._runtimes[slot.name].evaluate, task)
@@ -307,6 +333,7 @@ class LocalExecutor:
 
     def shutdown(self, cancel: bool = False) -> None:
         self._compile_pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        self._light_pool.shutdown(wait=not cancel, cancel_futures=cancel)
         for name, pool in self._slot_pools.items():
             if not cancel:
                 pool.submit(self._runtimes[name].close)

@@ -198,7 +198,7 @@ def warn_mixed(df: pd.DataFrame, console) -> None:
         vals = sorted(str(v) for v in df[col].dropna().unique())
         if len(vals) > 1:
             console.print(f"[yellow]warning[/]: these records come from {len(vals)} {what}: {', '.join(vals[:4])}",
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
 
 
 def summary_json(summary: pd.DataFrame) -> str:

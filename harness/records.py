@@ -132,6 +132,7 @@ class Command(BaseModel):
     # trials: each (seed, shape overrides) -> outputs sent back as binary frames
     seeds: list[int] = Field(default_factory=list)
     shapes: list[dict[str, Any]] = Field(default_factory=list)
+    outputs_only: bool = False  # trials without the inputs (the linter needs no mutation check)
     # time
     warmup: int = 0
     calls: int = 0

@@ -283,7 +283,7 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[bytes], dict]:
+    def trials(self, seeds: list[int], shapes: list[dict], outputs_only: bool = False) -> tuple[list[bytes], dict]:
         """Run one forward per seed on fresh inputs; return each trial as a torch.save payload
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions, GPU kernels seen)."""
@@ -293,7 +293,8 @@ class Runner:
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
-            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
+            pristine = ([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                        if self.role == "reference" and not outputs_only else None)
             calls_before = self.ext_calls[0]
             with torch.no_grad():
                 if i == 0 and self.role == "candidate" and self.device == "cuda":
@@ -304,7 +305,7 @@ class Runner:
                 torch.cuda.synchronize()
             if i == 0 and self.role == "candidate":
                 seen["custom_calls"] = self.ext_calls[0] - calls_before
-            record = {"out": _to_cpu(torch, out), "inputs_after": _to_cpu(torch, inputs),
+            record = {"out": _to_cpu(torch, out), "inputs_after": [] if outputs_only else _to_cpu(torch, inputs),
                       "out_meta": _out_meta(torch, out)}
             if pristine is not None:
                 record["inputs_before"] = _to_cpu(torch, pristine)
@@ -412,7 +413,7 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="build", ok=True,
                               param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.outputs_only)
                 reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "time":
