@@ -42,6 +42,9 @@ def child_env(ext_dir: Path, device: str, extra: Optional[dict[str, str]] = None
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    # A fixed mmap threshold: glibc's dynamic one depends on each process's allocation history, so
+    # two processes doing the same work could pay different page-fault costs per call.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
     # solutions never learn the run's secrets from the environment
     for k in list(env):
         if k.startswith("HARNESS_SECRET"):

@@ -1,0 +1,214 @@
+"""Timing fidelity benchmark (run on a GPU machine): does the harness report the right times?
+
+For kernels spanning ~5 us to ~5 ms (launch-bound, memory-bound, compute-bound), with the harness's
+defaults (cold L2, fresh inputs per call, interleaved rounds, adaptive stopping; the torch.compile
+baseline off, since it measures something else), it reports:
+  - repeat spread: max/min - 1 of the reported median over 5 independent evaluations (target <= 1%);
+  - agreement with triton.testing.do_bench (median, its default 256 MB L2 flush), same op and shapes;
+  - agreement with Nsight Compute's gpu__time_duration (--clock-control none, --cache-control all),
+    summed over the kernels of one forward;
+  - wall time spent timing one solution (candidate and reference together).
+Usage: python bench/fidelity.py [--runs 5] [--no-ncu] [--out bench/results]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# name: (kind, module constants, forward body, inputs)
+KERNELS = {
+    "relu_64k":      ("launch-bound", "N = 1 << 16", "return torch.relu(x)", "[torch.randn(N)]"),
+    "relu_add_4m":   ("memory-bound", "N = 1 << 22", "return torch.relu(x + y)", "[torch.randn(N), torch.randn(N)]"),
+    "softmax_8k":    ("memory-bound", "R, C = 8192, 8192", "return torch.softmax(x, dim=1)", "[torch.randn(R, C)]"),
+    "relu_add_64m":  ("memory-bound", "N = 1 << 26", "return torch.relu(x + y)", "[torch.randn(N), torch.randn(N)]"),
+    "matmul_2k":     ("compute-bound", "M = K = N = 2048", "return x @ y", "[torch.randn(M, K), torch.randn(K, N)]"),
+    "matmul_4k_8k":  ("compute-bound", "M, K, N = 4096, 8192, 4096", "return x @ y", "[torch.randn(M, K), torch.randn(K, N)]"),
+}
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+{consts}
+
+
+class Model(nn.Module):
+    def forward(self, x, y=None):
+        {body}
+
+
+def get_inputs():
+    return {inputs}
+
+
+def get_init_inputs():
+    return []
+'''
+SOLUTION = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y=None):
+        {body}
+'''
+
+NCU_TARGET = '''import sys, torch
+sys.path.insert(0, sys.argv[2])
+import importlib.util
+spec = importlib.util.spec_from_file_location("p", sys.argv[1]); p = importlib.util.module_from_spec(spec); spec.loader.exec_module(p)
+torch.backends.cudnn.allow_tf32 = False; torch.backends.cuda.matmul.allow_tf32 = False
+m = p.Model().cuda()
+sets = []
+for s in range(int(sys.argv[3])):
+    torch.manual_seed(s)
+    with torch.device("cuda"):
+        sets.append(p.get_inputs())
+with torch.no_grad():
+    for _ in range(3):
+        m(*sets[0])
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for inp in sets:
+        m(*inp)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+'''
+
+
+def write_files(tmp: Path) -> dict[str, tuple[Path, Path]]:
+    out = {}
+    for name, (_, consts, body, inputs) in KERNELS.items():
+        prob = tmp / f"{name}.py"
+        prob.write_text(PROBLEM.format(consts=consts, body=body, inputs=inputs))
+        sol = tmp / f"{name}_solution.py"
+        sol.write_text(SOLUTION.format(body=body))
+        out[name] = (prob, sol)
+    return out
+
+
+def harness_runs(prob: Path, sol: Path, runs: int):
+    from harness.config import load_config
+    from harness.evaluation import evaluate
+    from harness.problems import find_problem
+    from harness.reference import ReferenceSession
+    cfg = load_config(None, {"device": "cuda", "timing.compile_baseline": "off"})
+    meds, walls, refs, counts = [], [], [], []
+    problem = find_problem(prob)
+    # one live reference for the runs (as a batch does); each run is a fresh candidate process
+    with ReferenceSession(problem, cfg, "cuda", "full", None) as ref:
+        for _ in range(runs):
+            r = evaluate(sol, problem, cfg, reference=ref)
+            assert r.status.value == "passed", (r.status, r.error, r.flags)
+            meds.append(r.runtime_ms)
+            refs.append(r.ref_runtime_ms)
+            walls.append(r.phases.timing_s)
+            counts.append(r.runtime_stats.count)
+    return meds, refs, walls, counts, r
+
+
+def do_bench(prob: Path) -> float:
+    import importlib.util
+
+    import torch
+    import triton.testing
+    spec = importlib.util.spec_from_file_location("p_" + prob.stem, prob)
+    p = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(p)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m = p.Model().cuda()
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        inputs = p.get_inputs()
+    with torch.no_grad():
+        return float(triton.testing.do_bench(lambda: m(*inputs), warmup=25, rep=100, return_mode="median"))
+
+
+def ncu_time(prob: Path, tmp: Path, calls: int = 5) -> float | None:
+    ncu = shutil.which("ncu") or next((str(p) for p in Path("/opt/nvidia").glob("nsight-compute/*/ncu")), None) \
+        or next((str(p) for p in Path("/usr/local/cuda/bin").glob("ncu")), None)
+    if not ncu:
+        return None
+    target = tmp / "ncu_target.py"
+    target.write_text(NCU_TARGET)
+    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--cache-control", "all",
+           "--metrics", "gpu__time_duration.sum", "--csv", sys.executable, str(target), str(prob), str(ROOT), str(calls)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    rows = [r for r in csv.reader(io.StringIO("\n".join(l for l in p.stdout.splitlines() if l.startswith('"'))))]
+    if not rows:
+        print("ncu produced no rows:", p.stderr[-500:], p.stdout[-500:], file=sys.stderr)
+        return None
+    head = rows[0]
+    iv, iu = head.index("Metric Value"), head.index("Metric Unit")
+    total = 0.0
+    for r in rows[1:]:
+        v = float(r[iv].replace(",", ""))
+        unit = r[iu]
+        total += v * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
+    return total / calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    import torch
+    gpu = torch.cuda.get_device_name(0)
+    tmp = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    files = write_files(tmp)
+    rows = []
+    for name, (prob, sol) in files.items():
+        if args.only and name not in args.only:
+            continue
+        t0 = time.perf_counter()
+        meds, refs, walls, counts, last = harness_runs(prob, sol, args.runs)
+        db = do_bench(prob)
+        nc = None if args.no_ncu else ncu_time(prob, tmp)
+        med = statistics.median(meds)
+        rows.append({
+            "kernel": name, "kind": KERNELS[name][0], "harness_ms": med,
+            "spread_pct": (max(meds) / min(meds) - 1) * 100,
+            "ref_spread_pct": (max(refs) / min(refs) - 1) * 100,
+            "do_bench_ms": db, "vs_do_bench_pct": (med / db - 1) * 100,
+            "ncu_ms": nc, "vs_ncu_pct": None if nc is None else (med / nc - 1) * 100,
+            "timing_wall_s": max(walls), "samples": statistics.median(counts),
+            "clock_mhz": last.timing_method.get("sm_clock_mhz_median"),
+        })
+        print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
+    lines = [f"# Timing fidelity on {gpu}", "",
+             f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "
+             "defaults: cold L2, fresh inputs per call, interleaved rounds, adaptive stopping). do_bench: "
+             "triton.testing.do_bench median (warmup 25 ms, rep 100 ms). ncu: gpu__time_duration.sum per forward, "
+             "--clock-control none --cache-control all.", "",
+             "| kernel | kind | harness median ms | spread over runs | ref spread | do_bench ms | vs do_bench | ncu ms | vs ncu | timing wall s | samples | SM MHz |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        nc = "-" if r["ncu_ms"] is None else f"{r['ncu_ms']:.4f}"
+        vn = "-" if r["vs_ncu_pct"] is None else f"{r['vs_ncu_pct']:+.1f}%"
+        lines.append(f"| {r['kernel']} | {r['kind']} | {r['harness_ms']:.4f} | {r['spread_pct']:.2f}% | "
+                     f"{r['ref_spread_pct']:.2f}% | {r['do_bench_ms']:.4f} | {r['vs_do_bench_pct']:+.1f}% | {nc} | {vn} | "
+                     f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(os.environ.get("OUT") or args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"fidelity-{gpu.replace(' ', '_')}.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
