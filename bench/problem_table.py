@@ -84,7 +84,27 @@ def main(argv=None) -> int:
     if not args.no_write:
         out = args.out or (root / "TABLE.md")
         out.write_text(text)
+        update_readme(text)
     return 1 if errors else 0
+
+
+BEGIN, END = "<!-- problems:begin -->", "<!-- problems:end -->"
+
+
+def table_rows(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("|"))
+
+
+def update_readme(text: str) -> None:
+    """The README's problem table is the same rows, between two markers."""
+    readme = REPO / "README.md"
+    if not readme.exists():
+        return
+    body = readme.read_text()
+    if BEGIN in body and END in body:
+        head, rest = body.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        readme.write_text(head + BEGIN + "\n" + table_rows(text) + "\n" + END + tail)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ def test_table_matches_problems():
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout == (ROOT / "problems" / "TABLE.md").read_text(), "rerun bench/problem_table.py"
+    rows = "\n".join(line for line in p.stdout.splitlines() if line.startswith("|"))
+    assert rows in (ROOT / "README.md").read_text(), "README's problem table is stale: rerun bench/problem_table.py"
 
 
 @pytest.mark.parametrize("problem", SHIPPED, ids=lambda p: p.name)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up a virtual environment with the harness and its test tools. torch is pinned here (a CPU build
+# of 2.13.0 on machines without a GPU); the package itself asks only for torch>=2.4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/harness --version
