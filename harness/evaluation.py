@@ -245,6 +245,15 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
         cheats = clock_checks(m, cfg)
+        if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
+            m2 = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,
+                         timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s)
+            cheats = [f for f in clock_checks(m2, cfg) if f in cheats] if not m2.error else cheats
+            if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
+                m = m2
+                res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
+                res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+                res.timing_method["remeasured_after_clock_flag"] = True
         if cheats:
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(cheats), cheats)
