@@ -114,6 +114,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
     res = EvalResult(problem=prob.name, solution=str(solution), status=Status.runtime_error, label=label,
                      problem_hash=prob.source_hash, config_hash=cfg.digest(), harness_version=__version__,
+                     config=cfg.model_dump() if reference is None else None,
                      started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
     # 1. the solution's code

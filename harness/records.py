@@ -102,6 +102,7 @@ class EvalResult(BaseModel):
     solution_hash: Optional[str] = None
     problem_hash: Optional[str] = None
     config_hash: Optional[str] = None
+    config: Optional[dict[str, Any]] = None  # the effective config (harness eval; a batch writes config.json)
     device: Optional[str] = None
     harness_version: Optional[str] = None
     started_at: Optional[str] = None

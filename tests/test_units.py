@@ -128,3 +128,12 @@ def test_config_layers(tmp_path):
     assert (cfg.timing.budget_s, cfg.timing.warmup, cfg.device) == (9.0, 7, "cpu")
     assert cfg.timing.min_calls == load_config().timing.min_calls
     assert cfg.digest() != load_config().digest()
+
+
+def test_dtype_option_casts_inputs_and_both_models():
+    from conftest import ROOT, make_config
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py",
+                 make_config(device="cpu", dtype="bf16"))
+    assert r.status.value == "passed", r.error
+    assert r.timing_method and r.config and r.config["dtype"] == "bf16"
