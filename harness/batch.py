@@ -35,8 +35,8 @@ from typing import Iterable, Optional
 
 from . import __version__
 from .config import Config
-from .executor import (CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor, LocalExecutor,
-                       problem_key)
+from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
+                       LocalExecutor, problem_key)
 from .problems import DEFAULT_ROOTS, Problem, discover, find_problem
 from .records import EvalResult
 
@@ -208,7 +208,8 @@ def probe_gpus(timeout: float = 180) -> list[dict]:
 def nvidia_smi() -> list[dict]:
     if not shutil.which("nvidia-smi"):
         return []
-    for fields in ("index,name,uuid,driver_version,memory.total,compute_cap", "index,name,uuid,driver_version,memory.total"):
+    base = "index,name,uuid,driver_version,memory.total"
+    for fields in (base + ",compute_cap", base):  # older drivers do not know compute_cap
         try:
             p = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
                                capture_output=True, text=True, timeout=60)
@@ -377,7 +378,7 @@ class Pipeline:
         self.results, self.events, self.summary = results, events, summary
         self.console, self.verbose = console, verbose
         self.compile_env = compile_env
-        self.max_sessions = 2
+        self.max_sessions = SESSIONS_PER_SLOT  # mirrors the slots' own LRU of reference sessions
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
@@ -627,10 +628,10 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
                           f"{len(todo)} to go", highlight=False, soft_wrap=True)
         items = todo
 
-    # all cores but one per device slot: the slot's own processes (and, on the CPU, the timing itself)
-    # keep a core, and builds run niced besides
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = compile_workers or max(1, cores - len(slots))
+    # all cores: builds run at SCHED_IDLE priority (executor._background), so they only take CPU that
+    # evaluations leave idle
+    workers = compile_workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                  else (os.cpu_count() or 1))
     executor = LocalExecutor(slots, workers, size, dtype)
     compile_env = {"CUDA_VISIBLE_DEVICES": ""}
     results = ResultsFile(results_path)

@@ -33,6 +33,7 @@ from .problems import Problem
 from .records import CompileReply, EvalResult, Status
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
+SESSIONS_PER_SLOT = 2  # live reference sessions per device slot: bounds host and device memory
 
 
 @dataclass
@@ -237,7 +238,7 @@ class SlotRuntime:
     """One device slot's state: its environment and up to `max_sessions` live reference sessions,
     least recently used closed first. Used from one thread at a time."""
 
-    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = 2):
+    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = SESSIONS_PER_SLOT):
         self.slot, self.size, self.dtype = slot, size, dtype
         self.max_sessions = max(1, max_sessions)
         self.sessions: OrderedDict[str, object] = OrderedDict()
@@ -308,7 +309,7 @@ class LocalExecutor:
     thread per device slot, which owns that slot's reference sessions."""
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
-                 max_sessions: int = 2):
+                 max_sessions: int = SESSIONS_PER_SLOT):
         self.slots = slots
         self.compile_workers = max(1, compile_workers)
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")

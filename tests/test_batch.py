@@ -23,7 +23,8 @@ from conftest import CACHE, ROOT
 PROBLEMS = ROOT / "tests" / "problems"
 CONFIG = getattr(conftest, "make_config", None) or getattr(conftest, "test_config")
 
-GOOD = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return {}\n"
+GOOD = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+        "        return {}\n")
 ZEROS = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
          "        return torch.zeros_like(x)\n")
 
@@ -338,3 +339,24 @@ def test_pipeline_schedule(tmp_path):
         runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
         assert len(runs) == len(set(runs)), seq
     assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
+
+
+def test_gpu_slots_pin_each_gpu(monkeypatch):
+    """Without a GPU here: the slots a two-GPU machine would get, each child pinned to its GPU, and one
+    arch list for builds and evaluations."""
+    import harness.batch as b
+    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180: [{"name": "H100", "cap": [9, 0]},
+                                                              {"name": "A100", "cap": [8, 0]}])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    device, slots, gpus = b.make_slots("auto", None)
+    assert device == "cuda" and [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:0", "2"),
+                                                                                              ("cuda:1", "3")]
+    assert b.cuda_arch_list(gpus) == "8.0;9.0"
+    device, slots, gpus = b.make_slots("cuda", "1")
+    assert [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:1", "3")] and gpus[0]["name"] == "A100"
+    with pytest.raises(b.BatchError):
+        b.make_slots("cuda", "5")
+    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180: [])
+    assert b.make_slots("auto", None)[0] == "cpu"
+    with pytest.raises(b.BatchError):
+        b.make_slots("cuda", None)

@@ -1,0 +1,440 @@
+"""Throughput of `harness batch`: how close a run comes to the machine's floor.
+
+Builds a folder of solutions over three problems (tests/problems: relu_add, softmax_wide,
+linear_relu), by three labels: honest PyTorch ones, honest load_inline extensions (CUDA on a GPU, C++
+on the CPU), wrong ones, build errors, a syntax error, a raw response without code, a hang, a crash
+and an exception. Then:
+
+  1. cold: `harness batch` into a new run directory with an empty build cache;
+  2. warm: the same folder into another new run directory, builds cached.
+
+For the cold run the floor is max(compile CPU-seconds / cores, device-seconds / device slots):
+compile CPU-seconds are the build children's user+system time (compiler included, from wait4), and
+device-seconds the records' phases outside the build (load, trials, timing, reference start). A
+pipeline with no barriers and no idle device runs close to it. (On the CPU the device slot's work
+also takes CPU; the table's floor does not count that.) The warm run is reported as a fraction of the
+cold one. Verdicts are checked against what each solution was written to get.
+
+Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--gpus 0,1] [--compile-workers N]
+Results: a table on stdout (last lines) and bench/results/throughput-<device>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEMS = REPO / "tests" / "problems"
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+EXT_HEAD = HEAD + "from torch.utils.cpp_extension import load_inline\n"
+
+
+def torch_solution(forward: str, args: str = "a, b", init: str = "") -> str:
+    init_block = f"    def __init__(self, in_features, out_features):\n        super().__init__()\n{init}" if init else ""
+    return HEAD + f"\n\nclass ModelNew(nn.Module):\n{init_block}    def forward(self, {args}):\n        return {forward}\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Extensions. CPU: C++ loops. CUDA: simple kernels on the current stream.
+
+CPP_RELU_ADD = r"""
+#include <torch/extension.h>
+#include <algorithm>
+torch::Tensor {fn}(torch::Tensor a, torch::Tensor b) {{
+    auto ac = a.contiguous(), bc = b.contiguous();
+    auto out = torch::empty_like(ac);
+    const float* pa = ac.data_ptr<float>(); const float* pb = bc.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < ac.numel(); ++i) {{ float v = pa[i] {op} pb[i]; po[i] = {relu}; }}
+    return out;
+}}
+"""
+
+CUDA_RELU_ADD = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void {fn}_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out,
+                            int64_t n) {{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {{
+        float v = a[i] {op} b[i];
+        out[i] = {relu};
+    }}
+}}
+torch::Tensor {fn}(torch::Tensor a, torch::Tensor b) {{
+    auto ac = a.contiguous(), bc = b.contiguous();
+    auto out = torch::empty_like(ac);
+    int64_t n = ac.numel();
+    if (n == 0) return out;
+    const int threads = {threads};
+    int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535);
+    {fn}_kernel<<<(unsigned)blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+"""
+
+CPP_SOFTMAX = r"""
+#include <torch/extension.h>
+#include <algorithm>
+#include <cmath>
+torch::Tensor bt_softmax_rows(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const int64_t rows = xc.size(0), cols = xc.size(1);
+    const float* px = xc.data_ptr<float>(); float* py = y.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = px + r * cols; float* yr = py + r * cols;
+        float m = xr[0];
+        for (int64_t j = 1; j < cols; ++j) m = std::max(m, xr[j]);
+        double s = 0.0;
+        for (int64_t j = 0; j < cols; ++j) { float e = std::exp(xr[j] - m); yr[j] = e; s += e; }
+        const float inv = (float)(1.0 / s);
+        for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
+    }
+    return y;
+}
+"""
+
+CUDA_SOFTMAX = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cfloat>
+// one block per row; the block reduces the row's max, then its sum of exponentials, in shared memory
+__global__ void bt_softmax_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t cols) {
+    extern __shared__ float sh[];
+    const float* xr = x + (int64_t)blockIdx.x * cols;
+    float* yr = y + (int64_t)blockIdx.x * cols;
+    const int t = threadIdx.x;
+    float m = -FLT_MAX;
+    for (int64_t j = t; j < cols; j += blockDim.x) m = fmaxf(m, xr[j]);
+    sh[t] = m;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = fmaxf(sh[t], sh[t + s]);
+        __syncthreads();
+    }
+    m = sh[0];
+    __syncthreads();
+    float sum = 0.f;
+    for (int64_t j = t; j < cols; j += blockDim.x) sum += expf(xr[j] - m);
+    sh[t] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    const float inv = 1.f / sh[0];
+    for (int64_t j = t; j < cols; j += blockDim.x) yr[j] = expf(xr[j] - m) * inv;
+}
+torch::Tensor bt_softmax_rows(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const int64_t rows = xc.size(0), cols = xc.size(1);
+    if (rows == 0 || cols == 0) return y;
+    const int threads = 256;  // a power of two, for the tree reductions
+    bt_softmax_kernel<<<(unsigned)rows, threads, threads * sizeof(float), at::cuda::getCurrentCUDAStream()>>>(
+        xc.data_ptr<float>(), y.data_ptr<float>(), cols);
+    return y;
+}
+"""
+
+CPP_BIAS_RELU = r"""
+#include <torch/extension.h>
+torch::Tensor bt_bias_relu(torch::Tensor y, torch::Tensor b) {
+    auto yc = y.contiguous(), bc = b.contiguous();
+    const int64_t n = yc.numel(), cols = bc.numel();
+    float* py = yc.data_ptr<float>(); const float* pb = bc.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) { float v = py[i] + pb[i % cols]; py[i] = v > 0.f ? v : 0.f; }
+    return yc;
+}
+"""
+
+CUDA_BIAS_RELU = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void bt_bias_relu_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n, int64_t cols) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = y[i] + b[i % cols]; y[i] = v > 0.f ? v : 0.f; }
+}
+torch::Tensor bt_bias_relu(torch::Tensor y, torch::Tensor b) {
+    auto yc = y.contiguous(), bc = b.contiguous();
+    const int64_t n = yc.numel(), cols = bc.numel();
+    if (n == 0) return yc;
+    const int threads = 256;
+    bt_bias_relu_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        yc.data_ptr<float>(), bc.data_ptr<float>(), n, cols);
+    return yc;
+}
+"""
+
+CPP_BROKEN = r"""
+#include <torch/extension.h>
+torch::Tensor bt_broken(torch::Tensor a, torch::Tensor b) {
+    int not_a_tensor = a;   // no conversion from Tensor to int
+    return b;
+}
+"""
+
+CUDA_BROKEN = r"""
+#include <torch/extension.h>
+__global__ void bt_broken_kernel(float* x) { x[0] = undeclared_value; }
+torch::Tensor bt_broken(torch::Tensor a, torch::Tensor b) {
+    bt_broken_kernel<<<1, 1>>>(a.data_ptr<float>());
+    return b;
+}
+"""
+
+
+def ext_solution(device: str, name: str, fn: str, src_cpu: str, src_cuda: str, decl: str, model: str) -> str:
+    if device == "cuda":
+        load = (f"ext = load_inline(name={name!r}, cpp_sources={decl!r}, cuda_sources=SRC, functions=[{fn!r}])\n")
+        src = src_cuda
+    else:
+        load = f"ext = load_inline(name={name!r}, cpp_sources=SRC, functions=[{fn!r}])\n"
+        src = src_cpu
+    return EXT_HEAD + f"\nSRC = r'''{src}'''\n" + load + "\n\n" + textwrap.dedent(model)
+
+
+def relu_add_ext(device: str, name: str, op: str = "+", relu: str = "v > 0.f ? v : 0.f", threads: int = 256) -> str:
+    fn = name
+    fmt = dict(fn=fn, op=op, relu=relu, threads=threads)
+    return ext_solution(device, name, fn, CPP_RELU_ADD.format(**fmt), CUDA_RELU_ADD.format(**fmt),
+                        f"torch::Tensor {fn}(torch::Tensor a, torch::Tensor b);",
+                        f"class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return ext.{fn}(a, b)\n")
+
+
+def catalog(device: str) -> list[dict]:
+    """(label, problem, file name, expected status, code, builds an extension, in --small)."""
+    S = []
+
+    def add(label, problem, name, expect, code, ext=False, small=False):
+        S.append(dict(label=label, problem=problem, name=name, expect=expect, code=code, ext=ext, small=small))
+
+    # relu_add: 15
+    for i, (lab, body) in enumerate([("modelA", "torch.relu(a + b)"), ("modelB", "(a + b).clamp_min(0)"),
+                                     ("modelC", "torch.clamp(a + b, min=0)"), ("modelA", "F.relu(a.add(b))"),
+                                     ("modelB", "torch.maximum(a + b, torch.zeros_like(a))")]):
+        add(lab, "relu_add", f"torch_{i}.py", "passed", torch_solution(body), small=i < 2)
+    add("modelA", "relu_add", "ext_grid.py", "passed", relu_add_ext(device, "bt_relu_add_grid"), ext=True, small=True)
+    add("modelB", "relu_add", "ext_max.py", "passed",
+        relu_add_ext(device, "bt_relu_add_max", relu="std::max(v, 0.f)" if device == "cpu" else "fmaxf(v, 0.f)",
+                     threads=512), ext=True)
+    add("modelC", "relu_add", "ext_wrong.py", "incorrect", relu_add_ext(device, "bt_relu_sub", op="-"), ext=True)
+    add("modelC", "relu_add", "ext_broken.py", "compile_error",
+        ext_solution(device, "bt_broken", "bt_broken", CPP_BROKEN, CUDA_BROKEN,
+                     "torch::Tensor bt_broken(torch::Tensor a, torch::Tensor b);",
+                     "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return ext.bt_broken(a, b)\n"),
+        ext=True, small=True)
+    add("modelA", "relu_add", "wrong_sub.py", "incorrect", torch_solution("torch.relu(a - b)"), small=True)
+    add("modelB", "relu_add", "hang.py", "timeout", HEAD + "\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+        "        while True:\n            pass\n", small=True)
+    add("modelC", "relu_add", "segfault.py", "runtime_error", HEAD + "import ctypes\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, a, b):\n        ctypes.string_at(0)\n        return a + b\n", small=True)
+    add("modelA", "relu_add", "raises.py", "runtime_error", HEAD + "\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, a, b):\n        raise RuntimeError('not implemented')\n")
+    add("modelB", "relu_add", "syntax.py", "compile_error", HEAD + "\n\nclass ModelNew(nn.Module:\n    pass\n")
+    add("modelC", "relu_add", "response.md", "no_code", "I would write a fused kernel here, but did not.\n", small=True)
+
+    # softmax_wide: 8
+    for i, (lab, body) in enumerate([("modelA", "torch.softmax(x, dim=1)"), ("modelB", "F.softmax(x, dim=-1)"),
+                                     ("modelC", "torch.exp(x - x.amax(1, keepdim=True)) / "
+                                                "torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True)"),
+                                     ("modelA", "torch.log_softmax(x, dim=1).exp()")]):
+        add(lab, "softmax_wide", f"torch_{i}.py", "passed", torch_solution(body, "x"), small=i == 0)
+    add("modelB", "softmax_wide", "ext_rows.py", "passed",
+        ext_solution(device, "bt_softmax_rows", "bt_softmax_rows", CPP_SOFTMAX, CUDA_SOFTMAX,
+                     "torch::Tensor bt_softmax_rows(torch::Tensor x);",
+                     "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.bt_softmax_rows(x)\n"),
+        ext=True)
+    add("modelC", "softmax_wide", "zeros.py", "incorrect", torch_solution("torch.zeros_like(x)", "x"), small=True)
+    add("modelA", "softmax_wide", "unnormalized.py", "incorrect", torch_solution("torch.exp(x)", "x"))
+    add("modelB", "softmax_wide", "import_error.py", "runtime_error",
+        HEAD + "import no_such_module_anywhere\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+               "        return x\n")
+
+    # linear_relu: 7
+    lin = "        self.linear = nn.Linear(in_features, out_features)\n"
+    for i, (lab, body) in enumerate([("modelA", "F.relu(F.linear(x, self.linear.weight, self.linear.bias))"),
+                                     ("modelB", "torch.addmm(self.linear.bias, x, self.linear.weight.t()).relu()"),
+                                     ("modelC", "torch.clamp_min(x @ self.linear.weight.t() + self.linear.bias, 0)"),
+                                     ("modelA", "torch.relu(self.linear(x))")]):
+        add(lab, "linear_relu", f"torch_{i}.py", "passed", torch_solution(body, "x", lin), small=i == 0)
+    add("modelB", "linear_relu", "ext_epilogue.py", "passed",
+        ext_solution(device, "bt_bias_relu", "bt_bias_relu", CPP_BIAS_RELU, CUDA_BIAS_RELU,
+                     "torch::Tensor bt_bias_relu(torch::Tensor y, torch::Tensor b);",
+                     "class ModelNew(nn.Module):\n    def __init__(self, in_features, out_features):\n"
+                     "        super().__init__()\n        self.linear = nn.Linear(in_features, out_features)\n\n"
+                     "    def forward(self, x):\n"
+                     "        return ext.bt_bias_relu(torch.matmul(x, self.linear.weight.t()), self.linear.bias)\n"),
+        ext=True)
+    add("modelC", "linear_relu", "no_bias.py", "incorrect", torch_solution("F.relu(F.linear(x, self.linear.weight))",
+                                                                          "x", lin), small=True)
+    add("modelA", "linear_relu", "wrong_init.py", "interface_error", torch_solution("x", "x", "        pass\n")
+        .replace("def __init__(self, in_features, out_features)", "def __init__(self)"))
+    return S
+
+
+# --------------------------------------------------------------------------------------------------
+
+def write_tree(root: Path, sols: list[dict]) -> None:
+    for s in sols:
+        p = root / s["label"] / s["problem"] / s["name"]
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(s["code"])
+
+
+def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool) -> None:
+    """The default config, but for a fresh build cache, the hang's cost (run_s) and, unless asked
+    for, no torch.compile baseline (it measures the pipeline, not inductor)."""
+    path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
+                    "problem_s = 300\n[timing]\n"
+                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n')
+
+
+def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "harness.cli", "batch", str(subs), "--problems", str(PROBLEMS), "--out", str(run),
+           "--config", str(cfg), "--device", args.device, "--json"]
+    if args.gpus:
+        cmd += ["--gpus", args.gpus]
+    if args.compile_workers:
+        cmd += ["--compile-workers", str(args.compile_workers)]
+    t0 = time.perf_counter()
+    with open(run.parent / f"{run.name}.stderr.log", "w") as err, open(run.parent / f"{run.name}.stdout.json", "w") as out:
+        rc = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=err)
+    return time.perf_counter() - t0, rc
+
+
+def analyse(run: Path, wall: float, cores: int) -> dict:
+    recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    summary = json.loads((run / "summary.json").read_text())
+    device_s = sum(max(0.0, r["phases"]["total_s"] - r["phases"]["compile_s"] - r["phases"]["extract_s"])
+                   for r in recs)
+    slots = max(1, len(summary["device_busy_s"]))
+    compile_cpu = summary["compile_cpu_s"]
+    floor = max(compile_cpu / cores, device_s / slots)
+    return {"wall_s": wall, "compile_cpu_s": compile_cpu, "compiles": summary["compiles"], "device_s": device_s,
+            "slot_busy_s": sum(summary["device_busy_s"].values()), "slots": slots, "floor_s": floor,
+            "records": len(recs), "statuses": Counter(r["status"] for r in recs), "recs": recs,
+            "references": sum(summary["references_started"].values())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if _has_cuda() else "cpu")
+    ap.add_argument("--small", action="store_true", help="12 solutions, 2 extension builds (slow CPUs)")
+    ap.add_argument("--gpus", default=None)
+    ap.add_argument("--compile-workers", type=int, default=None)
+    ap.add_argument("--run-timeout", type=float, default=20.0, help="timeouts.run_s (what the hang costs)")
+    ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile(Model) (config auto)")
+    ap.add_argument("--out", default=None, help="work folder (default bench/out/throughput-<device>-<time>)")
+    args = ap.parse_args()
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    work = Path(args.out or REPO / "bench" / "out" / f"throughput-{args.device}-{stamp}").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    sols = [s for s in catalog(args.device) if s["small"] or not args.small]
+    write_tree(work / "subs", sols)
+    cfg = work / "bench.toml"
+    write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline)  # a fresh, empty build cache
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n_ext = sum(s["ext"] for s in sols)
+    problems = sorted({s["problem"] for s in sols})
+    print(f"throughput: {len(sols)} solutions over {len(problems)} problems ({n_ext} extension builds), "
+          f"device {args.device}, {cores} cores; work folder {work}", file=sys.stderr)
+
+    results = {}
+    for name in ("cold", "warm"):
+        wall, rc = run_batch(work / "subs", work / name, cfg, args)
+        if rc != 0:
+            print(f"harness batch failed (exit {rc}); see {work / (name + '.stderr.log')}", file=sys.stderr)
+            return 1
+        results[name] = analyse(work / name, wall, cores)
+        print(f"  {name}: {wall:.1f} s", file=sys.stderr)
+
+    expect = {(s["label"], s["problem"], s["name"]): s["expect"] for s in sols}
+    wrong = []
+    for r in results["cold"]["recs"]:
+        key = tuple(Path(r["solution"]).parts[-3:])
+        if expect.get(key) != r["status"]:
+            wrong.append(f"{'/'.join(key)}: expected {expect.get(key)}, got {r['status']}"
+                         + (f" ({(r.get('error') or '').splitlines()[0][:160]})" if r.get("error") else ""))
+    gpu = _gpu_name(work / "cold") if args.device == "cuda" else platform.processor() or platform.machine()
+    table = render(results)
+    md = report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, work)
+    out = REPO / "bench" / "results" / f"throughput-{args.device}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(md)
+    if wrong:
+        print(f"{len(wrong)} unexpected verdict(s):\n  " + "\n  ".join(wrong), file=sys.stderr)
+    print(f"written {out.relative_to(REPO)}", file=sys.stderr)
+    print(f"{len(sols)} solutions, {len(problems)} problems, {n_ext} builds; {args.device} ({gpu}), {cores} cores, "
+          f"{results['cold']['slots']} device slot(s); verdicts as written: {len(sols) - len(wrong)}/{len(sols)}")
+    print(table)
+    return 0
+
+
+def render(results: dict) -> str:
+    head = f"{'run':<5} {'wall_s':>8} {'compile_cpu_s':>14} {'device_s':>9} {'floor_s':>8} {'wall/floor':>10} {'vs_cold':>8}"
+    lines = [head]
+    cold = results["cold"]["wall_s"]
+    for name, r in results.items():
+        lines.append(f"{name:<5} {r['wall_s']:>8.1f} {r['compile_cpu_s']:>14.1f} {r['device_s']:>9.1f} "
+                     f"{r['floor_s']:>8.1f} {r['wall_s'] / r['floor_s']:>10.2f} "
+                     f"{'-' if name == 'cold' else format(r['wall_s'] / cold, '.2f'):>8}")
+    return "\n".join(lines)
+
+
+def report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, work) -> str:
+    cold = results["cold"]
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(cold["statuses"].items()))
+    return (f"# harness batch throughput ({args.device})\n\n"
+            f"Generated by `python bench/throughput.py --device {args.device}{' --small' if args.small else ''}` "
+            f"on {dt.date.today()}: {len(sols)} solutions over {len(problems)} problems ({', '.join(problems)}), "
+            f"{n_ext} of them with load_inline extensions; {args.device} ({gpu}), {cores} cores, "
+            f"{cold['slots']} device slot(s), compile workers: {args.compile_workers or 'all cores'}.\n\n"
+            f"```\n{table}\n```\n\n"
+            "- `compile_cpu_s`: user+system CPU seconds of the build children (compiler included); `device_s`: "
+            "the records' phases outside the build (candidate load, trials, timing, reference start), summed.\n"
+            "- `floor_s` = max(compile_cpu_s / cores, device_s / device slots); `wall/floor` near 1 means builds "
+            "and evaluations overlapped with no idle device. On the CPU, evaluations use a core of their own, "
+            "which this floor does not count.\n"
+            "- `vs_cold`: the warm run (same folder, new run directory, build cache filled) as a fraction of the "
+            "cold run's wall time.\n"
+            f"- cold run: {cold['records']} records ({statuses}); {cold['compiles']} items through the build "
+            f"stage; {cold['references']} reference sessions started; device slots busy {cold['slot_busy_s']:.1f} s.\n"
+            f"- settings: configs/default.toml, except timing.compile_baseline "
+            f"{'auto' if args.compile_baseline else 'off'} and timeouts.run_s {args.run_timeout:g} (the hang costs "
+            "that much device time).\n"
+            + (f"- verdicts different from what the solution was written to get ({len(wrong)}):\n"
+               + "".join(f"  - {w}\n" for w in wrong) if wrong else "- every verdict is the one the solution was "
+                                                                 "written to get.\n"))
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _gpu_name(run: Path) -> str:
+    try:
+        env = json.loads((run / "env.json").read_text())
+        return ", ".join(sorted({g["name"] for g in env.get("gpus", [])})) or "?"
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
