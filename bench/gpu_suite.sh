@@ -5,7 +5,7 @@
 set -u
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 if [ -d .wheels ] && ! python3 -c "import pydantic" 2>/dev/null; then
-  pip install -q --no-index --target /tmp/pyd .wheels/*.whl >/dev/null 2>&1
+  python3 -m pip install -q --no-index --no-deps --target /tmp/pyd .wheels/*.whl 2>&1 | tail -3
   export PYTHONPATH=/tmp/pyd:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
