@@ -9,24 +9,18 @@ from typing import Any
 
 import torch
 
-from .build import child_env
 from .config import Config
 from .correctness import compare_tensors, load_trial
 from .evaluation import tolerance_for
-from .isolation import Worker
 from .problems import Problem
 from .records import Command
-from .reference import read_meta
+from .reference import ReferenceSession, read_meta
 
 
-def _outputs(problem: Problem, cfg: Config, device: str, size: str, runs: list[tuple[int, list[int]]]) -> list:
+def _outputs(problem: Problem, cfg: Config, device: str, size: str,
+             runs: list[tuple[int, list[int]]]) -> tuple[list, int]:
     """One reference worker; for each (init_seed, seeds): rebuild Model from that seed, run the seeds."""
-    from pathlib import Path
-    setup = {"role": "reference", "problem_path": str(problem.path), "device": device, "size": size,
-             "dtype": None if cfg.dtype == "auto" else cfg.dtype, "cpu_threads": cfg.timing.cpu_threads,
-             "allow_tf32": cfg.correctness.allow_tf32}
-    env = child_env(Path(cfg.cache_dir).resolve() / "ext" / "reference", device)
-    w = Worker(setup, env=env)
+    w = ReferenceSession(problem, cfg, device, size, None if cfg.dtype == "auto" else cfg.dtype).spawn_reference()
     outs: list = []
     params = 0
     try:

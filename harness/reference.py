@@ -87,6 +87,12 @@ class ReferenceSession:
                 "device": self.device, "size": self.size, "dtype": self.dtype,
                 "cpu_threads": self.cfg.timing.cpu_threads, "allow_tf32": self.cfg.correctness.allow_tf32}
 
+    def spawn_reference(self) -> Worker:
+        """A reference worker for this problem; its memory and fds are closed to other processes."""
+        env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
+                        {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
+        return Worker(self.setup_dict("reference"), env=env)
+
     def start(self) -> None:
         """Spawn the reference, build Model, compute the trial outputs once."""
         import time
@@ -94,9 +100,7 @@ class ReferenceSession:
             return
         t0 = time.perf_counter()
         to = self.cfg.timeouts.problem_s
-        env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
-                        {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
-        self.worker = Worker(self.setup_dict("reference"), env=env)
+        self.worker = self.spawn_reference()
         try:
             load = self.worker.wait_reply("load", to)
             if not load.ok:
