@@ -127,13 +127,17 @@ class Command(BaseModel):
     """One request from the parent to a worker."""
 
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "exit"]
+    op: Literal["load", "build", "trials", "time", "lint", "exit"]
     # build
     init_seed: Optional[int] = None
+    # lint: a second weight seed, and the tolerance the outputs are compared with
+    init_seed_b: Optional[int] = None
+    atol: float = 0.0
+    rtol: float = 0.0
+    rel_l2: float = 0.0
     # trials: each (seed, shape overrides) -> outputs sent back as binary frames
     seeds: list[int] = Field(default_factory=list)
     shapes: list[dict[str, Any]] = Field(default_factory=list)
-    outputs_only: bool = False  # trials without the inputs (the linter needs no mutation check)
     # time
     warmup: int = 0
     calls: int = 0
@@ -165,6 +169,8 @@ class Reply(BaseModel):
     custom_calls: Optional[int] = None
     # build: how many parameter elements the model has
     param_count: Optional[int] = None
+    # lint: what each flag rests on
+    notes: dict[str, str] = Field(default_factory=dict)
     # sizes of the binary frames (torch.save payloads) that follow this line on the channel
     blob_sizes: list[int] = Field(default_factory=list)
     blobs: list[bytes] = Field(default_factory=list, exclude=True)

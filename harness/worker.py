@@ -283,7 +283,7 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict], outputs_only: bool = False) -> tuple[list[bytes], dict]:
+    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[bytes], dict]:
         """Run one forward per seed on fresh inputs; return each trial as a torch.save payload
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions, GPU kernels seen)."""
@@ -293,8 +293,7 @@ class Runner:
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
-            pristine = ([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-                        if self.role == "reference" and not outputs_only else None)
+            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
             calls_before = self.ext_calls[0]
             with torch.no_grad():
                 if i == 0 and self.role == "candidate" and self.device == "cuda":
@@ -305,7 +304,7 @@ class Runner:
                 torch.cuda.synchronize()
             if i == 0 and self.role == "candidate":
                 seen["custom_calls"] = self.ext_calls[0] - calls_before
-            record = {"out": _to_cpu(torch, out), "inputs_after": [] if outputs_only else _to_cpu(torch, inputs),
+            record = {"out": _to_cpu(torch, out), "inputs_after": _to_cpu(torch, inputs),
                       "out_meta": _out_meta(torch, out)}
             if pristine is not None and not _same_inputs(torch, pristine, inputs):
                 # only when the reference itself changes its inputs; otherwise inputs_after are the
@@ -316,6 +315,20 @@ class Runner:
             blobs.append(buf.getvalue())
             del out, inputs, pristine
         return blobs, seen
+
+    def lint(self, cmd) -> dict:
+        """The problem linter's runs, judged here on the device (the problem is trusted code)."""
+        from .lint import analyse
+        torch = self.torch
+        outs = []
+        params = 0
+        for init_seed, seeds in ((cmd.init_seed, cmd.seeds), (cmd.init_seed_b, cmd.seeds[:1])):
+            self.build(init_seed)
+            params = sum(p.numel() for p in self.model.parameters()) if hasattr(self.model, "parameters") else 0
+            with torch.no_grad():
+                outs += [self.forward(self.make_inputs(s)) for s in seeds]
+        flags, notes = analyse(*outs, params, cmd.atol, cmd.rtol, cmd.rel_l2)
+        return {"flags": flags, "notes": notes}
 
     def _profiled(self, inputs):
         from torch.profiler import ProfilerActivity, profile
@@ -422,9 +435,11 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="build", ok=True,
                               param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.outputs_only)
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
                 reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)
                 reply.blobs = blobs
+            elif cmd.op == "lint" and runner.role == "reference":
+                reply = Reply(op="lint", ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
                 reply = Reply(op="time", ok=True, **runner.time(cmd))
             else:
