@@ -48,8 +48,12 @@ def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, confi
     except LookupError as e:
         raise click.ClickException(str(e)) from None
     err = _console()
-    with err.status(f"evaluating {solution} on {prob.name}"):
-        result = evaluate(solution, prob, cfg)
+    from .reference import ReferenceError as ProblemFailed
+    try:
+        with err.status(f"evaluating {solution} on {prob.name}"):
+            result = evaluate(solution, prob, cfg)
+    except ProblemFailed as e:  # the problem is broken: no verdict for the solution
+        raise click.ClickException(str(e)) from None
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     else:

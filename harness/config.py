@@ -59,6 +59,9 @@ class Timing(BaseModel):
 
 class Hardening(BaseModel):
     max_speedup: float = 50.0
+    # make the evaluating process non-dumpable (Linux): a solution, though a descendant, can then not
+    # read the reference's outputs out of its memory through /proc or ptrace
+    protect_parent: bool = True
     # host-clock cross-checks (see timing.clock_checks): thresholds on the extra time per call that
     # the candidate's events do not account for, relative to the reference's
     gap_abs_ms: float = 0.02

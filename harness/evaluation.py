@@ -110,6 +110,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     every child of this evaluation (a batch pins each GPU's children with CUDA_VISIBLE_DEVICES)."""
     cfg = config or load_config()
     t_start = time.perf_counter()
+    if cfg.hardening.protect_parent:
+        from .worker import set_nondumpable
+        set_nondumpable()
     phases = PhaseTimes()
     prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
     res = EvalResult(problem=prob.name, solution=str(solution), status=Status.runtime_error, label=label,

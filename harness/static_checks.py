@@ -28,6 +28,7 @@ PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "signal"}
 THREAD_MODULES = {"threading", "_thread", "concurrent"}
 NATIVE_THREAD = re.compile(r"\bstd::thread\b|\bpthread_create\b|\bstd::async\b")
 NATIVE_STREAM = re.compile(r"\bcudaStreamCreate\w*\b|\bgetStreamFromPool\b")
+PROC_PEEK = re.compile(r"/proc/[^\s\"']*/(?:mem|maps|fd|environ|task)\b|/proc/\{|\bprocess_vm_readv\b|\bptrace\s*\(")
 NATIVE_PROCESS = re.compile(r"\bfork\s*\(|\bsystem\s*\(|\bexecv\w*\s*\(|\bposix_spawn\b")
 
 REJECT_RULES = {"monkeypatch", "introspection", "process_creation"}
@@ -143,7 +144,18 @@ class _Visitor(ast.NodeVisitor):
 
     visit_TryStar = visit_Try
 
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        text = "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}" for v in node.values)
+        self._proc(text, node.lineno)
+        self.generic_visit(node)
+
+    def _proc(self, text: str, lineno: int) -> None:
+        if PROC_PEEK.search(text) or ("/proc/" in text and any(k in text for k in ("mem", "maps", "environ", "/fd"))):
+            self.r.add("introspection", f"line {lineno}: reads another process's memory or descriptors")
+
     def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            self._proc(node.value, node.lineno)
         if isinstance(node.value, str) and len(node.value) > 20:
             src = node.value
             if NATIVE_THREAD.search(src):
