@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU part of the suite, as run on the device machine (see README "GPU machine"):
-# prebuild every CUDA solution in parallel, run tests/test_gpu.py serially, lint the whole library at
-# full size on the GPU. Logs go to $OUT (or bench/out).
+# prebuild every CUDA solution in parallel, run tests/test_gpu.py serially, then (VERDICTS=1) the CPU
+# verdict fixtures on the same machine, and lint the whole library at full size on the GPU (LINT=1).
+# Logs go to $OUT (or bench/out).
 set -u
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 if [ -d .wheels ] && ! python3 -c "import pydantic" 2>/dev/null; then
@@ -17,8 +18,13 @@ tail -1 "$OUT/prebuild.txt"
 python3 -m pytest tests/test_gpu.py -q -rA -p no:cacheprovider -s > "$OUT/gpu_tests.txt" 2>&1
 echo "gpu tests: $(tail -1 "$OUT/gpu_tests.txt")  ($(( $(date +%s) - t0 ))s)"
 grep -E "^(PASSED|FAILED|ERROR)|speedup=" "$OUT/gpu_tests.txt" | cut -c1-200
+if [ "${VERDICTS:-1}" = 1 ]; then
+  python3 -m pytest tests/test_verdicts.py -q -rf -p no:cacheprovider > "$OUT/verdicts.txt" 2>&1
+  echo "cpu verdict fixtures on this machine: $(tail -1 "$OUT/verdicts.txt")"
+  grep -E "^FAILED" "$OUT/verdicts.txt" | cut -c1-200
+fi
 if [ "${LINT:-1}" = 1 ]; then
-  python3 -m harness.cli problems check --device cuda --size full --jobs 6 --json > "$OUT/lint.json" 2> "$OUT/lint.txt"
+  python3 -m harness.cli problems check --device cuda --size full --jobs 4 --json > "$OUT/lint.json" 2> "$OUT/lint.txt"
   echo "library lint exit=$? : $(tail -1 "$OUT/lint.txt")"
   grep -v ": ok" "$OUT/lint.txt" | grep -v "checked" | head -20
 fi
