@@ -64,21 +64,29 @@ def _persisting_l2_reset():
     return None
 
 
+def nvml_handle():
+    """(pynvml, handle) for the GPU this process sees first (CUDA_VISIBLE_DEVICES may name it by
+    index or UUID), or (None, None) without NVML. NVML makes no CUDA context."""
+    try:
+        import os
+
+        import pynvml  # nvidia-ml-py
+        pynvml.nvmlInit()
+        idx = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        h = (pynvml.nvmlDeviceGetHandleByUUID(idx) if idx.startswith("GPU-")
+             else pynvml.nvmlDeviceGetHandleByIndex(int(idx)))
+        return pynvml, h
+    except Exception:
+        return None, None
+
+
 class _Clock:
     """SM clock through NVML, read after each call (outside the measured interval)."""
 
     def __init__(self):
-        self.h = None
+        self.nvml, self.h = nvml_handle()
         try:
-            import os
-
-            import pynvml
-            pynvml.nvmlInit()
-            idx = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-            self.h = (pynvml.nvmlDeviceGetHandleByUUID(idx) if idx.startswith("GPU-")
-                      else pynvml.nvmlDeviceGetHandleByIndex(int(idx)))
-            self.nvml = pynvml
-            self.max = pynvml.nvmlDeviceGetMaxClockInfo(self.h, pynvml.NVML_CLOCK_SM)
+            self.max = self.nvml.nvmlDeviceGetMaxClockInfo(self.h, self.nvml.NVML_CLOCK_SM) if self.h else None
         except Exception:
             self.h, self.max = None, None
 

@@ -74,16 +74,16 @@ def fingerprint(device: str) -> dict[str, Any]:
 
 
 def _nvml_state() -> dict[str, Any]:
+    from .timing import nvml_handle
+    nvml, h = nvml_handle()
+    if h is None:
+        return {}
     try:
-        import pynvml  # nvidia-ml-py
-        pynvml.nvmlInit()
-        idx = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
-        h = pynvml.nvmlDeviceGetHandleByIndex(idx)
         return {
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            "driver": nvml.nvmlSystemGetDriverVersion(),
+            "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
+            "temperature_c": nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
         }
     except Exception:
         return {}
