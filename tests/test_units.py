@@ -137,3 +137,18 @@ def test_dtype_option_casts_inputs_and_both_models():
                  make_config(device="cpu", dtype="bf16"))
     assert r.status.value == "passed", r.error
     assert r.timing_method and r.config and r.config["dtype"] == "bf16"
+
+
+def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
+    cfg = load_config()
+    rounds = [(10.0, 10 * 0.5, 10)] * 6
+    m = _measure([(4.0, 5.0, 10)] * 6, rounds, [0.5] * 60, [0.5] * 60)  # 5 ms reported in 4 ms of wall
+    assert "impossible_timing" in clock_checks(m, cfg)
+
+
+def test_samples_at_low_clocks_are_dropped():
+    from harness.records import Reply
+    from harness.timing import _keep
+    reply = Reply(op="time", ok=True, times_ms=[1.0, 1.0, 1.0], clocks_mhz=[1980, 1200, 1900])
+    assert _keep(reply, 0.75, 1980) == [True, False, True]
+    assert _keep(Reply(op="time", ok=True, times_ms=[1.0, 2.0]), 0.75, 1980) == [True, True]  # no readings
