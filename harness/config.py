@@ -48,6 +48,10 @@ class Timing(BaseModel):
     target_rel_sem: float = 0.005
     budget_s: float = 2.5
     flush_l2: bool = True
+    # read: a reduction over the flush buffer leaves L2 holding clean lines, as after Nsight Compute's
+    # cache control; write (do_bench's zero_()) leaves ~L2-size of dirty lines whose write-back lands
+    # inside the next timed call and adds ~10 us to memory-bound kernels
+    flush_method: Literal["read", "write"] = "read"
     cpu_min_calls: int = 5
     cpu_threads: int = 1
     round_calls: int = 10

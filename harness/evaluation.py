@@ -225,7 +225,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
         res.timing_method = {
             "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
-            "l2_flush": cfg.timing.flush_l2 and device == "cuda", "persisting_l2_reset": m.l2_reset,
+            "l2_flush": (cfg.timing.flush_method if cfg.timing.flush_l2 and device == "cuda" else None), "persisting_l2_reset": m.l2_reset,
             "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
             "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,

@@ -142,6 +142,7 @@ class Command(BaseModel):
     warmup: int = 0
     calls: int = 0
     flush_l2: bool = True
+    flush_method: Literal["read", "write"] = "read"
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False

@@ -206,6 +206,8 @@ class Runner:
         self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
         self.ext_calls = [0]
         if self.role == "candidate":
+            from .timing import pin
+            pin(torch)
             self._poison()
             _count_extension_calls(self.ext_calls)
             sol = import_file(setup["solution_path"], "solution_module")
@@ -341,7 +343,7 @@ class Runner:
 
     def time(self, cmd) -> dict:
         from .timing import time_calls
-        return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, npos=cmd.sample_positions,
+        return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           variant=cmd.variant, graph=cmd.cuda_graph)
 
 
