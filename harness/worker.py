@@ -110,13 +110,15 @@ def run_compile(setup: dict, rep_fd: int) -> None:
     kernels: list[str] = []
     failure: dict[str, str] = {}
     real_inline, real_load = cpp.load_inline, cpp.load
-    has_cuda = torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST"))
+    # CUDA sources are buildable only for a CUDA evaluation: on the CPU path their kernels could never
+    # run, whatever this machine has (a GPU machine evaluating with --device cpu included)
+    has_cuda = setup.get("device") == "cuda" and (torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST")))
 
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         if cuda_sources and not has_cuda:
             failure["category"] = "needs_cuda"
-            raise NeedsCuda(f"extension {name!r} has cuda_sources but no CUDA device is available here "
-                            f"(torch {torch.__version__}); run it on a GPU machine")
+            raise NeedsCuda(f"extension {name!r} has cuda_sources but this evaluation has no CUDA device "
+                            f"(device={setup.get('device')}, torch {torch.__version__}); run it on a GPU machine")
         kernels.extend(kernel_names(cuda_sources))
         try:
             mod = real_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
