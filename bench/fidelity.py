@@ -209,6 +209,8 @@ def main() -> None:
             "timing_wall_s": max(walls), "samples": statistics.median(counts),
             "clock_mhz": last.timing_method.get("sm_clock_mhz_median"),
         })
+        rows[-1]["runs_ms"] = [round(x, 5) for x in meds]
+        rows[-1]["ref_runs_ms"] = [round(x, 5) for x in refs]
         print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     lines = [f"# Timing fidelity on {gpu}", "",
              f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "
