@@ -322,7 +322,11 @@ def analyse(run: Path, wall: float, cores: int) -> dict:
     slots = max(1, len(summary["device_busy_s"]))
     compile_cpu = summary["compile_cpu_s"]
     floor = max(compile_cpu / cores, device_s / slots)
-    return {"wall_s": wall, "compile_cpu_s": compile_cpu, "compiles": summary["compiles"], "device_s": device_s,
+    # where a device slot's time goes, per evaluated solution (records that reached the candidate)
+    evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
+    phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
+              for k in ("load_s", "correctness_s", "timing_s")}
+    return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "compile_cpu_s": compile_cpu, "compiles": summary["compiles"], "device_s": device_s,
             "slot_busy_s": sum(summary["device_busy_s"].values()), "slots": slots, "floor_s": floor,
             "records": len(recs), "statuses": Counter(r["status"] for r in recs), "recs": recs,
             "references": sum(summary["references_started"].values())}
@@ -380,6 +384,9 @@ def main() -> int:
     print(f"{len(sols)} solutions, {len(problems)} problems, {n_ext} builds; {args.device} ({gpu}), {cores} cores, "
           f"{results['cold']['slots']} device slot(s); verdicts as written: {len(sols) - len(wrong)}/{len(sols)}")
     print(table)
+    for name, r in results.items():
+        print(f"{name}: per evaluated solution ({r['evaluated']}): " +
+              ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
     return 0
 
 
@@ -412,7 +419,10 @@ def report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, wo
             "cold run's wall time.\n"
             f"- cold run: {cold['records']} records ({statuses}); {cold['compiles']} items through the build "
             f"stage; {cold['references']} reference sessions started; device slots busy {cold['slot_busy_s']:.1f} s.\n"
-            f"- settings: configs/default.toml, except timing.compile_baseline "
+            + "".join(f"- {name} run, mean per evaluated solution ({r['evaluated']}): candidate start and load "
+                      f"{r['phases']['load_s']:.2f} s, reference start and correctness {r['phases']['correctness_s']:.2f} s, "
+                      f"timing {r['phases']['timing_s']:.2f} s.\n" for name, r in results.items())
+            + f"- settings: configs/default.toml, except timing.compile_baseline "
             f"{'auto' if args.compile_baseline else 'off'} and timeouts.run_s {args.run_timeout:g} (the hang costs "
             "that much device time).\n"
             + (f"- verdicts different from what the solution was written to get ({len(wrong)}):\n"
