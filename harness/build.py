@@ -36,9 +36,11 @@ def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
     return d.resolve()
 
 
-def child_env(ext_dir: Path, device: str, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """None for ext_dir: a standby's environment, whose extension directory comes with its setup."""
     env = dict(os.environ)
-    env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+    if ext_dir is not None:
+        env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -78,6 +78,12 @@ class Hardening(BaseModel):
     wall_rel: float = 0.5
 
 
+class Batch(BaseModel):
+    # each device slot keeps a candidate child started ahead (interpreter and torch import done while
+    # the previous solution runs), taking 1-3 s per solution off the device's critical path
+    standby_workers: bool = True
+
+
 class Config(BaseModel):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     size: Literal["auto", "full", "small"] = "auto"
@@ -87,10 +93,11 @@ class Config(BaseModel):
     correctness: Correctness = Field(default_factory=Correctness)
     timing: Timing = Field(default_factory=Timing)
     hardening: Hardening = Field(default_factory=Hardening)
+    batch: Batch = Field(default_factory=Batch)
 
     def digest(self) -> str:
-        """Hash of everything that changes a verdict or a number (not paths)."""
-        d = self.model_dump(exclude={"cache_dir", "timeouts"})
+        """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run)."""
+        d = self.model_dump(exclude={"cache_dir", "timeouts", "batch"})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -25,7 +25,7 @@ from . import __version__
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
 from .correctness import judge_trial, load_trial
-from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
@@ -104,15 +104,16 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
              problem_roots=None, label: Optional[str] = None,
              reference: Optional[ReferenceSession] = None,
              compiled: Optional[tuple[Optional[CompileReply], Optional[str], str]] = None,
-             env_extra: Optional[dict[str, str]] = None) -> EvalResult:
+             env_extra: Optional[dict[str, str]] = None, standby: Optional[Standby] = None) -> EvalResult:
     """`compiled`: the (reply, failure, log) triple of a build already made (a batch compiles ahead,
     on CPU workers), used instead of calling compile_solution. `env_extra`: environment overrides for
-    every child of this evaluation (a batch pins each GPU's children with CUDA_VISIBLE_DEVICES)."""
+    every child of this evaluation (a batch pins each GPU's children with CUDA_VISIBLE_DEVICES).
+    `standby`: where the candidate's process comes from, already started (a batch's device slot)."""
     cfg = config or load_config()
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
-        from .worker import set_nondumpable
-        set_nondumpable()
+        from .worker import set_dumpable
+        set_dumpable(False)
     phases = PhaseTimes()
     prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
     res = EvalResult(problem=prob.name, solution=str(solution), status=Status.runtime_error, label=label,
@@ -164,7 +165,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         # 3. candidate first, in a fresh process
         t0 = time.perf_counter()
-        cand = Worker(ref.setup_dict("candidate", str(module)), env=child_env(ext, device, env_extra))
+        setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
+        cand = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
         _wait_load(cand, cfg.timeouts.load_s)
         _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
         phases.load_s = time.perf_counter() - t0
@@ -206,6 +208,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         del cand_trials
 
         # 6. timing: alternating rounds on the same device, outputs re-checked, clocks cross-checked
+        if standby is not None and device == "cpu":
+            # timed CPU rounds would share cores and memory bandwidth with the next candidate's start-up
+            # (begun in step 3); on a GPU it goes on, off the device's critical path, as builds do
+            standby.settle(cfg.timeouts.load_s)
         t0 = time.perf_counter()
         try:
             m = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,

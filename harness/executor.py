@@ -8,7 +8,8 @@ kinds of task and hands back futures:
   by the static checks, a failed build.
 - `submit_eval(task, slot)`: evaluate one built solution on one device slot (a GPU, or the CPU). A
   slot runs one evaluation at a time and keeps the reference sessions of the problems it works on
-  (outputs and process computed once, reused by every solution of that problem on that slot).
+  (outputs and process computed once, reused by every solution of that problem on that slot), and
+  a standby candidate process (started while the previous solution runs).
 - `retire(problem)`: no more evaluations of this problem: slots close its reference sessions.
 
 `LocalExecutor` runs compiles on a thread pool (each compile is a child process already) and gives
@@ -28,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
+from .build import child_env
 from .config import Config
+from .isolation import Standby
 from .problems import Problem
 from .records import CompileReply, EvalResult, Status
 
@@ -176,7 +179,6 @@ def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, ext
     """build.compile_solution, plus the CPU seconds of the child and everything it waited for (the
     compiler), at the lowest priority so that builds never slow an evaluation running beside them.
     Returns (reply, failure, log_tail, cpu_seconds)."""
-    from .build import child_env
     from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 
     setup = {"role": "compile", "solution_path": str(module), "device": device}
@@ -235,14 +237,15 @@ def _charge_compile(rec: EvalResult, seconds: float) -> None:
 
 
 class SlotRuntime:
-    """One device slot's state: its environment and up to `max_sessions` live reference sessions,
-    least recently used closed first. Used from one thread at a time."""
+    """One device slot's state: its environment, up to `max_sessions` live reference sessions
+    (least recently used closed first) and its standby candidate. Used from one thread at a time."""
 
     def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = SESSIONS_PER_SLOT):
         self.slot, self.size, self.dtype = slot, size, dtype
         self.max_sessions = max(1, max_sessions)
         self.sessions: OrderedDict[str, object] = OrderedDict()
         self.references_started = 0
+        self.standby: Optional[Standby] = None
 
     def _session(self, problem: Problem, cfg: Config):
         from .reference import ReferenceSession
@@ -271,9 +274,11 @@ class SlotRuntime:
         key = problem_key(task.problem)
         session = self._session(task.problem, task.cfg)
         had_outputs = session.trials is not None
+        if task.cfg.batch.standby_workers and self.standby is None:
+            self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)))
         try:
             rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
-                           compiled=task.compiled, env_extra=dict(self.slot.env))
+                           compiled=task.compiled, env_extra=dict(self.slot.env), standby=self.standby)
             if task.compiled is not None:
                 _charge_compile(rec, task.compile_s)
             else:  # built here, after a first try without the GPU
@@ -302,6 +307,9 @@ class SlotRuntime:
     def close(self) -> None:
         for key in list(self.sessions):
             self.drop(key)
+        if self.standby is not None:
+            self.standby.close()
+            self.standby = None
 
 
 class LocalExecutor:
@@ -341,8 +349,9 @@ class LocalExecutor:
             pool.shutdown(wait=not cancel, cancel_futures=cancel)
         if cancel:
             for rt in self._runtimes.values():
-                for s in list(rt.sessions.values()):
+                for s in [*rt.sessions.values(), rt.standby]:
                     try:
-                        s.close()
+                        if s is not None:
+                            s.close()
                     except Exception:  # noqa: BLE001
                         pass

@@ -5,6 +5,9 @@ kills everything it started. Commands go down a private pipe; replies come back 
 JSON lines. The child's stdout and stderr are merged into a third pipe that a thread drains, keeping
 only the tail: a solution that prints 100 MB costs a little CPU and nothing else, and nothing printed
 is ever parsed. A reply that is missing, malformed or too large is a failure, never a pass.
+
+A `Standby` keeps one candidate child started ahead of need: it has paid for the interpreter and the
+torch import while the previous candidate was still running, and waits for its setup line.
 """
 from __future__ import annotations
 
@@ -92,15 +95,19 @@ class _Tail(threading.Thread):
 
 
 class Worker:
-    """One child interpreter running `harness.worker` in a given role."""
+    """One child interpreter running `harness.worker` in a given role. Spawned without a setup, it
+    preloads what a candidate needs and waits: `ready()`, then `start(setup)`."""
 
-    def __init__(self, setup: dict, env: Optional[dict[str, str]] = None, cwd: Optional[str] = None):
+    def __init__(self, setup: Optional[dict], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None):
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONUNBUFFERED"] = "1"
         child_env["HARNESS_WORKER_FDS"] = f"{cmd_r},{rep_w}"
+        self.standby = setup is None
+        if self.standby:
+            child_env["HARNESS_STANDBY"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.worker"],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
@@ -113,6 +120,26 @@ class Worker:
         self._tail.start()
         self._buf = bytearray()
         self.stopped = False
+        self.preloaded: Optional[Reply] = None  # a standby's first line: imports done, what it holds
+        if setup is not None:
+            self._send_line(json.dumps(setup))
+
+    def ready(self, timeout: float) -> bool:
+        """A standby worker: wait until it has preloaded. False when it died or hung meanwhile."""
+        if self.preloaded is None:
+            if not self.standby:
+                raise RuntimeError("ready() is for a worker spawned without a setup")
+            try:
+                self.preloaded = self.wait_reply("standby", timeout)
+            except (WorkerTimeout, WorkerDied, WorkerProtocolError):
+                return False
+        return True
+
+    def start(self, setup: dict) -> None:
+        """Activate a standby worker that is ready(): from here on it is a worker like any other."""
+        if not self.standby or self.preloaded is None:
+            raise RuntimeError("start() is for a standby worker, after ready()")
+        self.standby = False
         self._send_line(json.dumps(setup))
 
     # -- channel ---------------------------------------------------------------------------------
@@ -232,3 +259,47 @@ class Worker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Read by torch when an extension is loaded, not when it is imported: the only part of a candidate's
+# environment that may differ between candidates, so it arrives with the setup instead
+LATE_ENV = ("TORCH_EXTENSIONS_DIR",)
+
+
+def _early(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in LATE_ENV}
+
+
+class Standby:
+    """One candidate child kept started for a fixed environment (a device slot's). Not thread-safe:
+    one slot thread uses one Standby."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = _early(env)
+        self.idle: Optional[Worker] = Worker(None, env=self.env)
+
+    def take(self, setup: dict, env: dict[str, str], timeout: float) -> Worker:
+        """A candidate worker for `setup`, as Worker(setup, env=env) would give: the idle one when
+        `env` matches (a fresh one if it died meanwhile), its replacement started at once."""
+        if setup.get("role") != "candidate" or _early(env) != self.env:
+            return Worker(setup, env=env)
+        idle, self.idle = self.idle, None
+        if idle is not None and idle.ready(timeout) and idle.returncode is None:
+            idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
+            cand = idle
+        else:
+            if idle is not None:
+                idle.close(grace=0)
+            cand = Worker(setup, env=env)
+        self.idle = Worker(None, env=self.env)
+        return cand
+
+    def settle(self, timeout: float) -> None:
+        """Wait until the idle one has finished starting (before CPU timing: it would share the cores)."""
+        if self.idle is not None:
+            self.idle.ready(timeout)
+
+    def close(self) -> None:
+        if self.idle is not None:
+            self.idle.close(grace=0)
+            self.idle = None

@@ -3,7 +3,8 @@
 - `compile`: executes the solution module once so its `load_inline` calls build into the
   content-addressed extension directory; reports build errors with the compiler's own lines.
 - `candidate`: imports the (already built) solution, builds `ModelNew`, runs correctness trials and
-  timing calls on command.
+  timing calls on command. A standby child (HARNESS_STANDBY) imports torch and these modules first,
+  then waits for its setup line.
 - `reference`: the same for the problem's `Model`. Never in the same process as a candidate.
 
 Nothing here compares outputs or reduces timings into statistics: the parent does that, so a solution
@@ -464,21 +465,47 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
             return  # a failed candidate may hold a poisoned CUDA context: never reuse it
 
 
-def set_nondumpable() -> None:
+def set_dumpable(dumpable: bool) -> None:
     """Other processes of this user (a candidate) cannot read this one's memory or file descriptors
     through /proc or ptrace once it is not dumpable (Linux)."""
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(4, int(dumpable), 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
 
 
+def _preload(rep_fd: int) -> None:
+    """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
+    or a solution's code or creates a CUDA context (the setup, and the device, are not known yet)."""
+    import torch
+    import torch.utils.cpp_extension  # noqa: F401
+    from . import problems, timing  # noqa: F401
+    from .records import Reply
+    _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
+                                                       "cuda_initialized": str(torch.cuda.is_initialized())}))
+
+
 def main() -> None:
-    if os.environ.pop("HARNESS_NONDUMPABLE", None):
-        set_nondumpable()
+    nondumpable = bool(os.environ.pop("HARNESS_NONDUMPABLE", None))
+    standby = bool(os.environ.pop("HARNESS_STANDBY", None))
+    # a standby waits while the previous candidate runs: that one must not be able to reach into it
+    # (its command pipe through /proc) and write the next candidate's setup
+    if nondumpable or standby:
+        set_dumpable(False)
     cmd_in, rep_fd = _channel()
-    setup = json.loads(cmd_in.readline())
+    if standby:
+        _preload(rep_fd)
+    line = cmd_in.readline()
+    if not line:  # the parent went away before sending a setup
+        os._exit(0)
+    setup = json.loads(line)
+    if standby:
+        if setup.get("role") != "candidate":  # never a reference (nor the "exit" that close() sends)
+            os._exit(0)
+        if not nondumpable:
+            set_dumpable(True)  # from here on, a candidate exactly like a fresh one
+    os.environ.update(setup.get("env") or {})
     if setup.get("role") == "compile":
         run_compile(setup, rep_fd)
     else:

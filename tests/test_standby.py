@@ -1,0 +1,129 @@
+"""Standby candidate workers: started ahead of need with torch imported, activated by their setup,
+replaced at once, and never a different verdict from a fresh child. CPU only."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from conftest import TESTS, evaluate_fixture, make_config, read_expectation
+from harness.build import child_env
+from harness.isolation import Standby, Worker
+
+SETUP = {"role": "candidate", "problem_path": str(TESTS / "problems" / "relu_add.py"), "device": "cpu",
+         "size": "small", "dtype": None, "cpu_threads": 1}
+
+
+@pytest.fixture
+def standby(monkeypatch):
+    """Made in the test itself: pytest changes os.environ between phases (PYTEST_CURRENT_TEST), and
+    a standby serves only the environment it was started with."""
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    standbys: list[Standby] = []
+    taken: list[Worker] = []
+
+    def make() -> tuple[Standby, list[Worker]]:
+        standbys.append(Standby(child_env(None, "cpu")))
+        return standbys[-1], taken
+
+    yield make
+    for w in taken:
+        w.close(grace=0)
+    for sb in standbys:
+        sb.close()
+
+
+def _setup(tmp_path):
+    """A solution that reports, by failing its import, the extension directory it was given."""
+    sol = tmp_path / "report_ext_dir.py"
+    sol.write_text('import os\nraise RuntimeError("ext=" + os.environ.get("TORCH_EXTENSIONS_DIR", "unset"))\n')
+    return {**SETUP, "solution_path": str(sol)}, child_env(tmp_path / "ext", "cpu")
+
+
+def _ext_seen(w: Worker) -> str:
+    reply = w.wait_reply("load", 120)
+    assert not reply.ok and "ext=" in reply.error, reply.error
+    return reply.error.split("ext=", 1)[1].split()[0]
+
+
+def test_standby_preloads_then_takes_its_setup(standby, tmp_path):
+    sb, taken = standby()
+    setup, env = _setup(tmp_path)
+    idle = sb.idle
+    # its first line comes before any setup is sent: torch already imported, no CUDA context made
+    assert idle.ready(120)
+    assert idle.preloaded.notes == {"torch": torch.__version__, "cuda_initialized": "False"}
+    assert "TORCH_EXTENSIONS_DIR" not in sb.env
+
+    w = sb.take(setup, env, 120)
+    taken.append(w)
+    assert w is idle and w.preloaded is not None
+    assert _ext_seen(w) == str(tmp_path / "ext")  # from the setup, not the environment it started with
+
+    # replaced at once, by another process that is starting up
+    assert sb.idle is not None and sb.idle is not idle and sb.idle.returncode is None
+    assert sb.idle.ready(120)
+
+
+def test_standby_falls_back_to_a_fresh_worker(standby, tmp_path):
+    sb, taken = standby()
+    setup, env = _setup(tmp_path)
+    dead = sb.idle
+    assert dead.ready(120)
+    os.killpg(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(30)
+
+    w = sb.take(setup, env, 120)
+    taken.append(w)
+    assert w is not dead and w.preloaded is None  # spawned with its setup, as without a standby
+    assert _ext_seen(w) == str(tmp_path / "ext")
+    assert sb.idle is not dead and sb.idle.ready(120)
+
+    # another environment (another GPU), or another role: a fresh worker, and the idle one is kept
+    idle = sb.idle
+    for s, e in ((setup, child_env(tmp_path / "ext", "cpu", {"CUDA_VISIBLE_DEVICES": "1"})),
+                 ({**setup, "role": "reference"}, env)):
+        w = sb.take(s, e, 120)
+        taken.append(w)
+        assert w is not idle and w.preloaded is None and sb.idle is idle
+
+
+@pytest.mark.parametrize("name", ["honest_cpp.py", "zeros_tiny_softmax.py", "raise_in_forward.py"])
+def test_evaluate_with_standby_gives_the_same_verdict(standby, name):
+    from harness.evaluation import evaluate
+    sb, _ = standby()
+    exp = read_expectation(TESTS / "fixtures" / "cpu" / name)
+    served: list[Worker] = []
+    take = sb.take
+
+    def recording_take(*args) -> Worker:
+        served.append(take(*args))
+        return served[-1]
+
+    sb.take = recording_take
+    rec = evaluate(exp.path, exp.problem, make_config(device="cpu", **exp.overrides), standby=sb)
+    fresh = evaluate_fixture(exp)
+    assert len(served) == 1 and served[0].preloaded is not None, "the candidate did not come from the standby"
+    assert (rec.status, sorted(rec.flags)) == (fresh.status, sorted(fresh.flags)) == (exp.status, sorted(exp.flags))
+
+
+def test_slot_keeps_one_standby_and_closes_it():
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    exp = read_expectation(TESTS / "fixtures" / "cpu" / "zeros_tiny_softmax.py")  # judged before any timing
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None)
+    try:
+        task = EvalTask(0, str(exp.path), find_problem(exp.problem), None, make_config(device="cpu"), None)
+        out = rt.evaluate(task)
+        assert out.record is not None and out.record.status == exp.status
+        first = rt.standby
+        assert first is not None and first.idle is not None
+        idle = first.idle
+        assert rt.evaluate(task).record.status == exp.status
+        assert rt.standby is first and first.idle is not idle  # one per slot, consumed each time
+        last = first.idle
+    finally:
+        rt.close()
+    assert rt.standby is None and last.returncode is not None
