@@ -59,10 +59,6 @@ class Timing(BaseModel):
     compile_baseline: Literal["auto", "on", "off"] = "auto"
     throttle_ratio: float = 0.75
     min_rounds: int = 5
-    # before each measurement the reference's process busies the GPU at least settle_min_s, then
-    # until NVML shows peak SM and memory clocks (at most settle_max_s; 0 turns it off)
-    settle_min_s: float = 0.1
-    settle_max_s: float = 1.0
 
 
 class Hardening(BaseModel):

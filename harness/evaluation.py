@@ -238,7 +238,6 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
-            "settle": m.settle or None,
         }
         for f in m.flags:
             if f in ("cuda_graph_unavailable", "throttled") and f not in res.flags:

@@ -127,7 +127,7 @@ class Command(BaseModel):
     """One request from the parent to a worker."""
 
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "lint", "settle", "exit"]
+    op: Literal["load", "build", "trials", "time", "lint", "exit"]
     # build
     init_seed: Optional[int] = None
     # lint: a second weight seed, and the tolerance the outputs are compared with
@@ -146,9 +146,6 @@ class Command(BaseModel):
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
-    # settle: keep the GPU busy at least `seconds`, then until its clocks peak, at most `max_seconds`
-    seconds: float = 0.0
-    max_seconds: float = 0.0
 
 
 class Reply(BaseModel):

@@ -111,41 +111,6 @@ class _Clock:
             return None
 
 
-def settle_gpu(runner, min_s: float, max_s: float) -> dict:
-    """Keep the GPU busy until it is in its steady state before anything is timed: at least `min_s`,
-    then until NVML shows the SM and memory clocks at their maxima, at most `max_s`. A GPU that sat
-    idle (between problems, behind a compile-bound batch) otherwise reads several percent slow for
-    the next second, on both sides, which no ratio notices but every absolute time does."""
-    torch = runner.torch
-    nvml, h = nvml_handle()
-    a = runner.cache.get("settle")
-    if a is None:
-        a = runner.cache["settle"] = torch.rand(4096, 4096, device="cuda")
-    target = None
-    if h is not None:
-        try:
-            target = (nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM),
-                      nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_MEM))
-        except Exception:
-            target = None
-    t0 = time.perf_counter()
-    sm = mem = None
-    while True:
-        for _ in range(4):  # ~10 ms of matrix products at full clock
-            torch.mm(a, a)
-        torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        if target is not None:
-            try:
-                sm = nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)
-                mem = nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)
-            except Exception:
-                target = None
-        at_max = target is None or (sm >= 0.97 * target[0] and mem >= 0.97 * target[1])
-        if elapsed >= max_s or (elapsed >= min_s and at_max):
-            return {"settle_s": round(elapsed, 3), "sm_clock_mhz": sm, "mem_clock_mhz": mem}
-
-
 def _capture(torch, fn, inputs):
     """A CUDA graph of one forward on static input buffers; None if the forward cannot be captured."""
     try:
@@ -331,7 +296,6 @@ class Measurement:
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
-    settle: dict = field(default_factory=dict)
 
 
 def _keep(reply, throttle: float, max_clock: Optional[int]) -> list[bool]:
@@ -353,11 +317,6 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
     with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
-    if cuda and t.settle_max_s > 0:  # by the reference's process, the one the harness trusts
-        s_reply, _ = ref.request(Command(op="settle", seconds=t.settle_min_s, max_seconds=t.settle_max_s),
-                                 ref_timeout)
-        if s_reply.ok:
-            m.settle = s_reply.notes
     warm = True
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]

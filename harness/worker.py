@@ -447,10 +447,6 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="lint", ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
                 reply = Reply(op="time", ok=True, **runner.time(cmd))
-            elif cmd.op == "settle" and runner.role == "reference" and runner.device == "cuda":
-                from .timing import settle_gpu
-                reply = Reply(op="settle", ok=True, notes={k: str(v) for k, v in
-                                                           settle_gpu(runner, cmd.seconds, cmd.max_seconds).items()})
             else:
                 reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
         except InterfaceError as e:
