@@ -71,6 +71,7 @@ class Hardening(BaseModel):
     gap_abs_ms: float = 0.02
     gap_rel: float = 0.25
     wall_abs_ms: float = 0.05
+    cpu_wall_abs_ms: float = 0.5
     wall_rel: float = 0.5
 
 

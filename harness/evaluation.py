@@ -254,11 +254,11 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if m.mismatched_calls:
             raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
-        cheats = clock_checks(m, cfg)
+        cheats = clock_checks(m, cfg, device == "cuda")
         if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
             m2 = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,
                          timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s)
-            cheats = [f for f in clock_checks(m2, cfg) if f in cheats] if not m2.error else cheats
+            cheats = [f for f in clock_checks(m2, cfg, device == "cuda") if f in cheats] if not m2.error else cheats
             if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
                 m = m2
                 res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)

@@ -86,6 +86,19 @@ def test_clock_checks_pass_honest_and_flag_hidden_time():
     assert "unsynced_stream" in clock_checks(side, cfg)
 
 
+def test_clock_checks_cpu_floor():
+    """0.2 ms per call of unexplained host time on a 0.05 ms kernel: hidden time on a GPU, the
+    noise of two processes on a loaded CPU host. 2 ms is hidden time on either."""
+    cfg = load_config()
+    t = 0.05
+    ref_rounds = [(10 * (t + 0.3), 10 * t, 10) for _ in range(10)]
+    for extra, on_gpu, on_cpu in ((0.2, ["timer_mismatch"], []), (2.0, ["timer_mismatch"], ["timer_mismatch"])):
+        cand_rounds = [(10 * (t + 0.3 + extra), 10 * t, 10) for _ in range(10)]
+        m = _measure(cand_rounds, ref_rounds, [t] * 100, [t] * 100)
+        assert clock_checks(m, cfg, cuda=True) == on_gpu
+        assert clock_checks(m, cfg, cuda=False) == on_cpu
+
+
 def test_summarize():
     s = summarize([1.0, 2.0, 3.0, 4.0])
     assert (s.median, s.min, s.max, s.count) == (2.5, 1.0, 4.0, 4)
