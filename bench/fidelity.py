@@ -4,7 +4,9 @@ For kernels spanning ~5 us to ~5 ms (launch-bound, memory-bound, compute-bound),
 defaults (cold L2, fresh inputs per call, interleaved rounds, adaptive stopping; the torch.compile
 baseline off, since it measures something else), it reports:
   - repeat spread: max/min - 1 of the reported median over 5 independent evaluations (target <= 1%);
-  - agreement with triton.testing.do_bench (median, its default 256 MB L2 flush), same op and shapes;
+  - agreement with triton.testing.do_bench (median), same op and shapes, flush held equal: do_bench
+    with its flush step swapped for the harness's read flush against the default, and do_bench as
+    shipped (a 256 MB zero_) against one harness run with timing.flush_method = "write";
   - agreement with Nsight Compute's gpu__time_duration (--clock-control none, --cache-control all),
     summed over the kernels of one forward;
   - wall time spent timing one solution (candidate and reference together).
