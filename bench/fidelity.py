@@ -108,7 +108,7 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
     # one correctness trial: this benchmark is about the timing, and full-size outputs are large
     cfg = load_config(None, {"device": "cuda", "timing.compile_baseline": "off", "correctness.trials": 1,
                              "timing.flush_method": flush})
-    meds, walls, refs, counts = [], [], [], []
+    meds, walls, refs, counts, tele = [], [], [], [], []
     problem = find_problem(prob)
     # one live reference for the runs (as a batch does); each run is a fresh candidate process
     with ReferenceSession(problem, cfg, "cuda", "full", None) as ref:
@@ -119,7 +119,14 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
             refs.append(r.ref_runtime_ms)
             walls.append(r.phases.timing_s)
             counts.append(r.runtime_stats.count)
-    return meds, refs, walls, counts, r
+            tm = r.timing_method
+            tele.append({"cand_ms": r.runtime_ms, "ref_ms": r.ref_runtime_ms, "temp_c": tm.get("temperature_c"),
+                         "power_w_max": tm.get("power_w_max"), "power_capped_ms": tm.get("power_capped_ms"),
+                         "thermal_ms": tm.get("thermal_limited_ms"), "reasons": tm.get("clock_event_reasons"),
+                         "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
+                         "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s")})
+            print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)
+    return meds, refs, walls, counts, r, tele
 
 
 def do_bench(prob: Path, flush: str = "write") -> float | None:
@@ -195,7 +202,7 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         t0 = time.perf_counter()
-        meds, refs, walls, counts, last = harness_runs(prob, sol, args.runs)
+        meds, refs, walls, counts, last, tele = harness_runs(prob, sol, args.runs)
         wmeds = harness_runs(prob, sol, 1, flush="write")[0]
         db_w, db_r = do_bench(prob, "write"), do_bench(prob, "read")
         nc = None if args.no_ncu else ncu_time(prob, tmp)
@@ -213,6 +220,7 @@ def main() -> None:
         })
         rows[-1]["runs_ms"] = [round(x, 5) for x in meds]
         rows[-1]["ref_runs_ms"] = [round(x, 5) for x in refs]
+        rows[-1]["telemetry"] = tele
         print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     lines = [f"# Timing fidelity on {gpu}", "",
              f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "
@@ -231,6 +239,15 @@ def main() -> None:
                      f"{fmt(r['do_bench_read_ms'], '.4f')} | {fmt(r['vs_do_bench_pct'], '+.1f')}% | "
                      f"{r['harness_write_ms']:.4f} | {r['do_bench_ms']:.4f} | {r['write_vs_do_bench_pct']:+.1f}% | "
                      f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} |")
+    lines += ["", "Per run (the parent's NVML readings over the kept rounds: temperature range, peak power, time the "
+              "GPU spent power-capped during those rounds, clock-event reasons seen after them, rounds re-taken):", "",
+              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken |",
+              "|---|---:|---:|---:|---|---:|---:|---|---|---:|"]
+    for r in rows:
+        for i, t in enumerate(r["telemetry"], 1):
+            lines.append(f"| {r['kernel']} | {i} | {t['cand_ms']:.4f} | {t['ref_ms']:.4f} | {t['temp_c']} | "
+                         f"{t['power_w_max']} | {t['power_capped_ms']} | {','.join(t['reasons'] or []) or '-'} | "
+                         f"{t['sm_mhz']} / {t['mem_mhz']} | {t['retaken']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(os.environ.get("OUT") or args.out)

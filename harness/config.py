@@ -38,6 +38,9 @@ class Correctness(BaseModel):
     trials: int = 5
     allow_tf32: bool = False
     extra_shapes: bool = True
+    # GPU: list the first trial's kernels with the profiler (3-4 s per solution on an H200) to check
+    # that a kernel the solution defines ran; off, calls into its extensions are counted instead
+    list_kernels: bool = True
     tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
 
 
@@ -58,6 +61,10 @@ class Timing(BaseModel):
     cuda_graph: bool = False
     compile_baseline: Literal["auto", "on", "off"] = "auto"
     throttle_ratio: float = 0.75
+    # a GPU round in which a side's process waited this fraction of the round's wall time for a CPU
+    # (runnable, not running: /proc/<pid>/schedstat) is re-taken: host contention stretches launch
+    # gaps into the events and overhead into the host clocks, on one side only
+    max_runqueue_frac: float = 0.05
     min_rounds: int = 5
 
 
@@ -76,9 +83,10 @@ class Hardening(BaseModel):
 
 
 class Batch(BaseModel):
-    # each device slot keeps a candidate child started ahead (interpreter and torch import done while
-    # the previous solution runs), taking 1-3 s per solution off the device's critical path
-    standby_workers: bool = True
+    # each GPU slot keeps this many candidate children started ahead (interpreter and torch import
+    # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
+    # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
+    standby_workers: int = 2
 
 
 class Config(BaseModel):

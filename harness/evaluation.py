@@ -31,7 +31,7 @@ from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import clock_checks, measure, ratio_ci, summarize
+from .timing import clock_checks, gpu_summary, measure, ratio_ci, summarize
 
 
 class Failure(Exception):
@@ -166,13 +166,20 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         # 3. candidate first, in a fresh process
         t0 = time.perf_counter()
         setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
-        cand = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
-        _wait_load(cand, cfg.timeouts.load_s)
-        _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
+
+        def start_candidate() -> Worker:
+            w = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
+            _wait_load(w, cfg.timeouts.load_s)
+            _ask(w, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
+            return w
+
+        cand = start_candidate()
         phases.load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
+        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes,
+                                      profile=cfg.correctness.list_kernels and bool(creply.kernel_names)),
                         cfg.timeouts.run_s, "correctness trials")
+        phases.trials_s, phases.profile_s = time.perf_counter() - t0, reply.profile_s
         if len(reply.blobs) != len(ref.plan.seeds):
             raise Failure(Status.runtime_error, "the candidate returned the wrong number of trial outputs",
                           ["malformed_report"])
@@ -186,8 +193,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             res.flags.append("no_custom_kernel")
 
         # 4. the reference, in its own process, after the candidate
+        t1 = time.perf_counter()
         ref.start()
         res.env = ref.env
+        phases.reference_s = time.perf_counter() - t1
 
         # 5. judge every trial here, in the parent
         all_ok = True
@@ -202,6 +211,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             all_ok &= v.check.ok
         _worst_errors(res)
         phases.correctness_s = time.perf_counter() - t0
+        phases.judge_s = phases.correctness_s - phases.trials_s - phases.reference_s
         if not all_ok:
             first = next(t for t in res.trials if not t.ok)
             raise Failure(Status.incorrect, f"trial {first.seed_index} ({first.shape}): {first.reason}")
@@ -213,9 +223,22 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             # (begun in step 3); on a GPU it goes on, off the device's critical path, as builds do
             standby.settle(cfg.timeouts.load_s)
         t0 = time.perf_counter()
+        gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's
+        tcfg = cfg
         try:
-            m = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,
-                        timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s)
+            m = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
+                        timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+            if m.restart_candidate:
+                # A capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch
+                # half in capture mode in that process: RNG offsets, allocator pool, current stream.
+                # Both sides are timed eagerly instead, the candidate in a fresh process.
+                cand.kill()
+                cand = start_candidate()
+                tcfg = cfg.model_copy(deep=True)
+                tcfg.timing.cuda_graph = False
+                m = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
+                            timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+                m.flags.append("cuda_graph_unavailable")
         except WorkerTimeout:
             cand.kill()
             raise Failure(Status.timeout, f"a timing round did not finish within {cfg.timeouts.run_s:g} s") from None
@@ -237,7 +260,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
+            "host_contended_rounds": m.contended_rounds,
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
+            **gpu_summary(m),
         }
         for f in m.flags:
             if f in ("cuda_graph_unavailable", "throttled") and f not in res.flags:
@@ -256,8 +281,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
         cheats = clock_checks(m, cfg, device == "cuda")
         if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
-            m2 = measure(cand, ref.worker, cfg, ref.rng, cuda=device == "cuda", tol=tol,
-                         timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s)
+            m2 = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
+                         timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
             cheats = [f for f in clock_checks(m2, cfg, device == "cuda") if f in cheats] if not m2.error else cheats
             if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
                 m = m2
@@ -314,7 +339,7 @@ def builds_extensions(code: str) -> bool:
 def _custom_kernel_ran(device: str, defined: list[str], reply) -> bool:
     """On a GPU: a kernel the solution defines appears in the profiler's list for the first trial.
     Otherwise (CPU, or kernels not parsed): the solution's extension functions were called."""
-    if device == "cuda" and defined:
+    if device == "cuda" and defined and reply.profile_s is not None:
         return any(k in name for k in defined for name in reply.kernels_seen)
     return bool(reply.custom_calls)
 

@@ -275,7 +275,8 @@ class SlotRuntime:
         session = self._session(task.problem, task.cfg)
         had_outputs = session.trials is not None
         if task.cfg.batch.standby_workers and self.standby is None:
-            self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)))
+            depth = task.cfg.batch.standby_workers if self.slot.device == "cuda" else 1
+            self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)), depth)
         try:
             rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
                            compiled=task.compiled, env_extra=dict(self.slot.env), standby=self.standby)

@@ -193,7 +193,7 @@ class Worker:
             self._buf += data
             if len(self._buf) > limit + (1 << 22):
                 raise WorkerProtocolError("worker reply exceeds the size limit")
-        frame = bytes(self._buf[:end])
+        frame = self._buf[:end] if exact else bytes(self._buf[:end])  # a blob stays a bytearray (payload.decode maps it)
         del self._buf[:end if exact else end + 1]
         return frame
 
@@ -271,19 +271,27 @@ def _early(env: dict[str, str]) -> dict[str, str]:
 
 
 class Standby:
-    """One candidate child kept started for a fixed environment (a device slot's). Not thread-safe:
+    """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
+    each needs seconds to start (interpreter, torch import), and once evaluations take only a few
+    seconds themselves one replacement started per evaluation is not ready in time. Not thread-safe:
     one slot thread uses one Standby."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], depth: int = 1):
         self.env = _early(env)
-        self.idle: Optional[Worker] = Worker(None, env=self.env)
+        self.depth = max(1, depth)
+        self.pool: deque[Worker] = deque(Worker(None, env=self.env) for _ in range(self.depth))
+
+    @property
+    def idle(self) -> Optional[Worker]:
+        """The one the next take() hands out."""
+        return self.pool[0] if self.pool else None
 
     def take(self, setup: dict, env: dict[str, str], timeout: float) -> Worker:
-        """A candidate worker for `setup`, as Worker(setup, env=env) would give: the idle one when
-        `env` matches (a fresh one if it died meanwhile), its replacement started at once."""
+        """A candidate worker for `setup`, as Worker(setup, env=env) would give: the oldest idle one
+        when `env` matches (a fresh one if it died meanwhile), its replacement started at once."""
         if setup.get("role") != "candidate" or _early(env) != self.env:
             return Worker(setup, env=env)
-        idle, self.idle = self.idle, None
+        idle = self.pool.popleft() if self.pool else None
         if idle is not None and idle.ready(timeout) and idle.returncode is None:
             idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
@@ -291,15 +299,15 @@ class Standby:
             if idle is not None:
                 idle.close(grace=0)
             cand = Worker(setup, env=env)
-        self.idle = Worker(None, env=self.env)
+        while len(self.pool) < self.depth:
+            self.pool.append(Worker(None, env=self.env))
         return cand
 
     def settle(self, timeout: float) -> None:
-        """Wait until the idle one has finished starting (before CPU timing: it would share the cores)."""
-        if self.idle is not None:
-            self.idle.ready(timeout)
+        """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""
+        for w in self.pool:
+            w.ready(timeout)
 
     def close(self) -> None:
-        if self.idle is not None:
-            self.idle.close(grace=0)
-            self.idle = None
+        while self.pool:
+            self.pool.popleft().close(grace=0)

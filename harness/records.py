@@ -72,6 +72,13 @@ class PhaseTimes(BaseModel):
     correctness_s: float = 0.0
     timing_s: float = 0.0
     total_s: float = 0.0
+    # parts of correctness_s: the candidate's trials and their transfer, the reference's start (the
+    # first solution of a problem pays it), judging in the parent; and of trials_s, the first trial's
+    # profiled forward as the candidate reports it (GPU)
+    trials_s: float = 0.0
+    reference_s: float = 0.0
+    judge_s: float = 0.0
+    profile_s: Optional[float] = None
 
 
 class EvalResult(BaseModel):
@@ -138,6 +145,9 @@ class Command(BaseModel):
     # trials: each (seed, shape overrides) -> outputs sent back as binary frames
     seeds: list[int] = Field(default_factory=list)
     shapes: list[dict[str, Any]] = Field(default_factory=list)
+    # list the GPU kernels of the first trial (the profiler costs about a second; only worth it when
+    # the solution defines kernels whose names can be looked for)
+    profile: bool = True
     # time
     warmup: int = 0
     calls: int = 0
@@ -166,12 +176,13 @@ class Reply(BaseModel):
     max_clock_mhz: Optional[int] = None
     l2_reset: Optional[bool] = None
     kernels_seen: list[str] = Field(default_factory=list)
+    profile_s: Optional[float] = None
     # calls into the solution's own extensions during the first trial (None: not counted)
     custom_calls: Optional[int] = None
     # build: how many parameter elements the model has
     param_count: Optional[int] = None
     # lint: what each flag rests on
     notes: dict[str, str] = Field(default_factory=dict)
-    # sizes of the binary frames (torch.save payloads) that follow this line on the channel
+    # sizes of the binary frames (harness.payload) that follow this line on the channel
     blob_sizes: list[int] = Field(default_factory=list)
     blobs: list[bytes] = Field(default_factory=list, exclude=True)

@@ -76,15 +76,15 @@ def _persisting_l2_reset():
     return None
 
 
-def nvml_handle():
-    """(pynvml, handle) for the GPU this process sees first (CUDA_VISIBLE_DEVICES may name it by
-    index or UUID), or (None, None) without NVML. NVML makes no CUDA context."""
+def nvml_handle(visible: Optional[str] = None):
+    """(pynvml, handle) for the first GPU of `visible` (a CUDA_VISIBLE_DEVICES value, by index or
+    UUID; default: this process's), or (None, None) without NVML. NVML makes no CUDA context."""
     try:
         import os
 
         import pynvml  # nvidia-ml-py
         pynvml.nvmlInit()
-        idx = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        idx = ((os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible) or "0").split(",")[0]
         h = (pynvml.nvmlDeviceGetHandleByUUID(idx) if idx.startswith("GPU-")
              else pynvml.nvmlDeviceGetHandleByIndex(int(idx)))
         return pynvml, h
@@ -111,8 +111,84 @@ class _Clock:
             return None
 
 
+# clock-event reasons (NVML bit values) that mark a transient slowdown: samples taken under one are
+# not what the kernel costs. The software power cap is left out on purpose: power-heavy kernels run
+# under it in steady state, so it is part of what they cost (its time is reported, not dropped).
+SLOWDOWNS = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
+POWER_CAP = 0x4
+
+
+class GpuMonitor:
+    """The parent's own NVML readings of the evaluation's GPU, taken around every timing round.
+    Which rounds are discarded as throttled is decided on these: a candidate's process could report
+    anything about its own clocks. The violation counters are cumulative device-wide nanoseconds
+    spent power- or thermally-limited, so a slowdown inside a round is seen even when the clocks
+    have recovered by the time the round ends."""
+
+    def __init__(self, visible: Optional[str] = None):
+        self.nvml, self.h = nvml_handle(visible)
+        self.max_sm = self._get(lambda n, h: n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))
+
+    def _get(self, f):
+        if self.h is None:
+            return None
+        try:
+            return f(self.nvml, self.h)
+        except Exception:  # a reading this GPU or driver does not support
+            return None
+
+    def snapshot(self) -> Optional[dict]:
+        if self.h is None:
+            return None
+        viol = lambda pol: self._get(lambda n, h: n.nvmlDeviceGetViolationStatus(h, pol).violationTime)  # noqa: E731
+        return {"sm": self._get(lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+                "mem": self._get(lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+                "temp": self._get(lambda n, h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+                "power_w": self._get(lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                "reasons": self._get(lambda n, h: n.nvmlDeviceGetCurrentClocksEventReasons(h)),
+                "power_ns": viol(self.nvml.NVML_PERF_POLICY_POWER),
+                "thermal_ns": viol(self.nvml.NVML_PERF_POLICY_THERMAL)}
+
+
+def runqueue_wait_ns(worker) -> Optional[int]:
+    """Nanoseconds the worker's main thread (where the timing loop runs) has spent runnable but not
+    running, from the kernel's schedstat: read by the parent, so the child cannot change it."""
+    proc = getattr(worker, "proc", None)
+    if proc is None:
+        return None
+    try:
+        with open(f"/proc/{proc.pid}/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
+    return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
+
+
+def round_state(before: Optional[dict], after: Optional[dict], throttle: float, max_sm: Optional[int]) -> dict:
+    """What happened on the GPU during one round, from the parent's snapshots around it; `slow` when
+    the round must be re-taken: a transient slowdown reason at its end, thermal-limited time inside
+    it, or the SM clock below `throttle` x its maximum."""
+    if not before or not after:
+        return {"slow": False}
+    delta = lambda k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else 0  # noqa: E731
+    reasons = after.get("reasons") or 0
+    sm = after.get("sm")
+    why = [name for bit, name in SLOWDOWNS.items() if reasons & bit]
+    if delta("thermal_ns") > 0:
+        why.append("thermal_limited")
+    if sm and max_sm and sm < throttle * max_sm:
+        why.append("low_sm_clock")
+    return {"slow": bool(why), "why": why, "power_cap_ns": delta("power_ns"), "thermal_ns": delta("thermal_ns"),
+            "reasons": reasons, "sm": sm, "mem": after.get("mem"), "temp": after.get("temp"),
+            "power_w": after.get("power_w")}
+
+
 def _capture(torch, fn, inputs):
     """A CUDA graph of one forward on static input buffers; None if the forward cannot be captured."""
+    prev = torch.cuda.current_stream()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -127,6 +203,10 @@ def _capture(torch, fn, inputs):
         torch.cuda.synchronize()
         return g, out, inputs
     except Exception:
+        # a capture that fails inside CUDA ends with torch.cuda.graph's __exit__ raising before it
+        # restores the stream (and the RNG's and allocator's capture state: measure() restarts such
+        # a candidate); the stream at least is put back, for a reference that failed cleanly
+        torch.cuda.set_stream(prev)
         torch.cuda.synchronize()
         return None
 
@@ -284,9 +364,11 @@ class Measurement:
     compiled: list[float] = field(default_factory=list)
     cand_host: list[float] = field(default_factory=list)
     ref_host: list[float] = field(default_factory=list)
-    # per round: (parent wall ms, sum of reported ms, calls), candidate and reference
-    cand_rounds: list[tuple[float, float, int]] = field(default_factory=list)
-    ref_rounds: list[tuple[float, float, int]] = field(default_factory=list)
+    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU), each side
+    cand_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
+    ref_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
+    contended_rounds: int = 0
+    restart_candidate: bool = False  # the candidate's capture failed: time it again, fresh and eager
     mismatched_calls: int = 0
     rounds: int = 0
     throttled: int = 0
@@ -294,27 +376,27 @@ class Measurement:
     l2_reset: bool = False
     max_clock_mhz: Optional[int] = None
     clocks_mhz: list[int] = field(default_factory=list)
+    # the parent's NVML readings of the kept rounds (round_state), and why rounds were re-taken
+    gpu_rounds: list[dict] = field(default_factory=list)
+    retaken: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
 
 
-def _keep(reply, throttle: float, max_clock: Optional[int]) -> list[bool]:
-    """Samples taken while the SM clock sat below `throttle` x its maximum are dropped (re-taken by
-    the next rounds); without clock readings every sample is kept."""
-    if not reply.clocks_mhz or not max_clock:
-        return [True] * len(reply.times_ms)
-    return [c >= throttle * max_clock for c in reply.clocks_mhz]
-
-
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
-            ref_timeout: float) -> Measurement:
+            ref_timeout: float, gpu: Optional[str] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
-    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models."""
+    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
+    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings."""
     from .records import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph)
+    mon = GpuMonitor(gpu) if cuda else None
+    snap = mon.snapshot if mon is not None else (lambda: None)
+    # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
+    rq = runqueue_wait_ns if cuda else (lambda w: None)
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
@@ -324,14 +406,18 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
                       cuda_graph=m.cuda_graph)
+        s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
+        s1, q1 = snap(), rq(cand)
         if not c_reply.ok:
             m.error = c_reply.error
             m.flags.append(c_reply.error_kind or "runtime_error")
             break
         cand.pause()  # nothing of the candidate's runs while the reference is timed
         try:
+            p0 = rq(ref)
             r_reply, r_wall = ref.request(cmd, ref_timeout)
+            s2, p1 = snap(), rq(ref)
             if with_compiled:
                 k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
                                          ref_timeout + (600 if warm else 0))
@@ -353,24 +439,47 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         m.l2_reset = bool(r_reply.l2_reset)
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
-            if "cuda_graph_unavailable" in c_reply.flags + r_reply.flags and m.cuda_graph:
+            if "cuda_graph_unavailable" in c_reply.flags and m.cuda_graph:
+                m.restart_candidate = True  # its process may be left half in capture mode
+                break
+            if "cuda_graph_unavailable" in r_reply.flags and m.cuda_graph:
                 m.cuda_graph = False  # both sides or neither: a fair comparison first
                 m.flags.append("cuda_graph_unavailable")
                 warm = True
-            m.max_clock_mhz = r_reply.max_clock_mhz
+            m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
-        keep_c = _keep(c_reply, t.throttle_ratio, m.max_clock_mhz)
-        keep_r = _keep(r_reply, t.throttle_ratio, m.max_clock_mhz)
-        m.throttled += keep_c.count(False) + keep_r.count(False)
-        m.cand += [x for x, k in zip(c_reply.times_ms, keep_c) if k]
-        m.ref += [x for x, k in zip(r_reply.times_ms, keep_r) if k]
-        m.cand_host += [x for x, k in zip(c_reply.host_ms, keep_c) if k]
-        m.ref_host += [x for x, k in zip(r_reply.host_ms, keep_r) if k]
-        m.clocks_mhz += r_reply.clocks_mhz
+        st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
+        st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
+        for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
+            if st["slow"] and len(m.retaken) >= 2 * t.min_rounds + 10:
+                # a slowdown that persists is the machine's state, not an accident of one round:
+                # measure under it, flagged, rather than never finish
+                st["slow"] = False
+                if "throttled" not in m.flags:
+                    m.flags.append("throttled")
+            if st["slow"]:  # re-taken by the next rounds
+                m.throttled += len(reply.times_ms)
+                m.retaken.append(f"{side}: {', '.join(st['why'])}")
+            elif st.get("sm") is not None:
+                m.gpu_rounds.append(st)
+        # A round in which a side waited for a CPU keeps its samples (dropping them would let a
+        # solution pick its own rounds by making them contended) but is marked, and the host-clock
+        # checks look at quiet rounds where there are enough: contention on one side looks like
+        # hidden time on that side.
+        quiet_c = not _contended(q0, q1, c_wall, t.max_runqueue_frac)
+        quiet_r = not _contended(p0, p1, r_wall, t.max_runqueue_frac)
+        m.contended_rounds += (not quiet_c) + (not quiet_r)
+        if not st_c["slow"]:
+            m.cand += c_reply.times_ms
+            m.cand_host += c_reply.host_ms
+            m.cand_rounds.append((c_wall * 1e3, sum(c_reply.times_ms), len(seeds), quiet_c))
+        if not st_r["slow"]:
+            m.ref += r_reply.times_ms
+            m.ref_host += r_reply.host_ms
+            m.ref_rounds.append((r_wall * 1e3, sum(r_reply.times_ms), len(seeds), quiet_r))
+            m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
-        m.cand_rounds.append((c_wall * 1e3, sum(c_reply.times_ms), len(seeds)))
-        m.ref_rounds.append((r_wall * 1e3, sum(r_reply.times_ms), len(seeds)))
         n = min(len(m.cand), len(m.ref))
         elapsed = time.perf_counter() - t_start
         if n >= min_calls and m.rounds > t.min_rounds:
@@ -384,9 +493,40 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     return m
 
 
+def gpu_summary(m: Measurement) -> dict:
+    """The GPU's state over the kept rounds, from the parent's readings, for the record."""
+    g = m.gpu_rounds
+    if not g:
+        return {}
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+    vals = lambda k: [r[k] for r in g if r.get(k) is not None]  # noqa: E731
+    temps = vals("temp")
+    seen = 0
+    for r in g:
+        seen |= r.get("reasons") or 0
+    return {"sm_clock_mhz_after_rounds": med(vals("sm")), "mem_clock_mhz": med(vals("mem")),
+            "temperature_c": [min(temps), max(temps)] if temps else None,
+            "power_w_max": round(max(vals("power_w")), 1) if vals("power_w") else None,
+            "power_capped_ms": round(sum(vals("power_cap_ns")) / 1e6, 3),
+            "thermal_limited_ms": round(sum(vals("thermal_ns")) / 1e6, 3),
+            "clock_event_reasons": [n for b, n in {POWER_CAP: "sw_power_cap", **SLOWDOWNS}.items() if seen & b],
+            "rounds_retaken": m.retaken[:10]}
+
+
 def _quantile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _calls_by_round(rounds: list, host: list[float], dev: list[float]) -> list:
+    """Pair each kept round with its calls' (host ms, device ms); rounds and samples are appended
+    together in measure(), in order."""
+    out, i = [], 0
+    for r in rounds:
+        n = r[2]
+        out.append((r, list(zip(host[i:i + n], dev[i:i + n]))))
+        i += n
+    return out
 
 
 def clock_checks(m: Measurement, cfg, cuda: bool = True) -> list[str]:
@@ -402,16 +542,23 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True) -> list[str]:
         return flags
     h = cfg.hardening
     med_c = statistics.median(m.cand)
+    # quiet rounds (no wait for a CPU on that side) where there are enough of both; else all rounds,
+    # so a solution cannot escape the checks by keeping its own process contended
+    c_rounds, r_rounds = _calls_by_round(m.cand_rounds, m.cand_host, m.cand), _calls_by_round(m.ref_rounds, m.ref_host, m.ref)
+    if sum(q for *_, q in m.cand_rounds) >= 5 and sum(q for *_, q in m.ref_rounds) >= 5:
+        c_rounds, r_rounds = [r for r in c_rounds if r[0][3]], [r for r in r_rounds if r[0][3]]
+    cand_pairs = [p for _, pairs in c_rounds for p in pairs]
+    ref_pairs = [p for _, pairs in r_rounds for p in pairs]
     # per call: host time to device-idle minus device time; side-stream work and work finished by
     # threads after forward returns show up here, not in the events
-    gap_c = _quantile([hh - tt for hh, tt in zip(m.cand_host, m.cand)], 0.25)
-    gap_r = _quantile([hh - tt for hh, tt in zip(m.ref_host, m.ref)], 0.25)
+    gap_c = _quantile([hh - tt for hh, tt in cand_pairs], 0.25)
+    gap_r = _quantile([hh - tt for hh, tt in ref_pairs], 0.25)
     if gap_c - gap_r > max(h.gap_abs_ms, h.gap_rel * med_c):
         flags.append("unsynced_stream")
     # per round: the parent's own wall clock, which the candidate cannot reach
-    over_c = [(w - t) / n for w, t, n in m.cand_rounds]
-    over_r = [(w - t) / n for w, t, n in m.ref_rounds]
-    if any(t > w for w, t, _ in m.cand_rounds):
+    over_c = [(w - t) / n for (w, t, n, _), _ in c_rounds]
+    over_r = [(w - t) / n for (w, t, n, _), _ in r_rounds]
+    if any(t > w for w, t, *_ in m.cand_rounds):
         flags.append("impossible_timing")
     elif len(over_c) >= 5:
         low_c, low_r = min(over_c), min(over_r)

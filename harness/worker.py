@@ -13,7 +13,6 @@ against the reference and its own clock.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -288,10 +287,11 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[bytes], dict]:
-        """Run one forward per seed on fresh inputs; return each trial as a torch.save payload
+    def trials(self, seeds: list[int], shapes: list[dict], profile: bool = True) -> tuple[list[bytes], dict]:
+        """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions, GPU kernels seen)."""
+        from . import payload
         torch = self.torch
         blobs = []
         seen: dict = {}
@@ -301,8 +301,10 @@ class Runner:
             pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
             calls_before = self.ext_calls[0]
             with torch.no_grad():
-                if i == 0 and self.role == "candidate" and self.device == "cuda":
+                if i == 0 and self.role == "candidate" and self.device == "cuda" and profile:
+                    t0 = time.perf_counter()
                     out, seen["kernels_seen"] = self._profiled(inputs)
+                    seen["profile_s"] = time.perf_counter() - t0
                 else:
                     out = self.forward(inputs)
             if self.device == "cuda":
@@ -315,9 +317,7 @@ class Runner:
                 # only when the reference itself changes its inputs; otherwise inputs_after are the
                 # pristine inputs, and shipping them twice would double the payload
                 record["inputs_before"] = _to_cpu(torch, pristine)
-            buf = io.BytesIO()
-            torch.save(record, buf)
-            blobs.append(buf.getvalue())
+            blobs.append(payload.encode(torch, record))
             del out, inputs, pristine
         return blobs, seen
 
@@ -440,8 +440,8 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="build", ok=True,
                               param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
-                reply = Reply(op="trials", ok=True, blob_sizes=[len(b) for b in blobs], **seen)
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.profile)
+                reply = Reply(op="trials", ok=True, blob_sizes=[sum(len(p) for p in b) for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "lint" and runner.role == "reference":
                 reply = Reply(op="lint", ok=True, **runner.lint(cmd))
@@ -455,8 +455,9 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
             reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error",
                           error=_short_exc(e) + _frames(e, setup.get("solution_path") or "problem_module"))
         _send(rep_fd, reply)
-        for blob in reply.blobs:
-            _write_all(rep_fd, blob)
+        for blob in reply.blobs:  # each a list of buffers (payload.encode)
+            for part in blob:
+                _write_all(rep_fd, part)
         if not reply.ok:
             return  # a failed candidate may hold a poisoned CUDA context: never reuse it
 
@@ -475,6 +476,7 @@ def _preload(rep_fd: int) -> None:
     """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
     or a solution's code or creates a CUDA context (the setup, and the device, are not known yet)."""
     import torch
+    import torch.profiler  # noqa: F401  (the first trial's kernel list)
     import torch.utils.cpp_extension  # noqa: F401
     from . import problems, timing  # noqa: F401
     from .records import Reply

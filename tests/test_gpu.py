@@ -50,3 +50,34 @@ def test_shipped_cuda_solutions_pass(solution, problem):
     assert r.speedup and r.speedup > 0
     if with_compile:
         assert r.speedup_compile and r.compile_runtime_ms > 0, r.timing_method
+
+
+@gpu
+def test_cuda_graph_timing_captures_both_sides():
+    """timing.cuda_graph on, both forwards capturable: every timed call is a graph replay, unflagged."""
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", ROOT / "tests/problems/relu_add.py",
+                 make_config(device="cuda", **{"timing.cuda_graph": True}))
+    detail = f"error={r.error!r}\nlog={r.log_tail!r}\nflags={r.flags}\nmethod={r.timing_method}"
+    assert r.status.value == "passed", detail
+    assert r.timing_method["cuda_graph"] is True, detail
+    assert "cuda_graph_unavailable" not in r.flags, detail
+    assert r.speedup and r.speedup > 0, detail
+
+
+@gpu
+@pytest.mark.parametrize("fixture", ["graph_uncapturable.py", "graph_uncapturable_legacy_stream.py"])
+def test_cuda_graph_falls_back_when_forward_cannot_be_captured(fixture):
+    """An honest forward with a host sync (.item()) cannot be captured: both sides are timed eagerly
+    instead, flagged cuda_graph_unavailable, and the verdict is unchanged. (The same fixture runs with
+    the default config, graphs off, in test_gpu_fixture_verdict.)"""
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "tests/fixtures/gpu" / fixture, ROOT / "tests/problems/relu_add.py",
+                 make_config(device="cuda", **{"timing.cuda_graph": True}))
+    detail = f"error={r.error!r}\nlog={r.log_tail!r}\nflags={r.flags}\nmethod={r.timing_method}"
+    assert r.status.value == "passed", detail
+    assert "cuda_graph_unavailable" in r.flags, detail
+    assert sorted(r.flags) == ["cuda_graph_unavailable"], detail
+    assert r.timing_method["cuda_graph"] is False, detail
+    assert r.timing_method["method"] == "cuda_events", detail
+    assert r.speedup and r.speedup > 0, detail

@@ -24,8 +24,8 @@ def standby(monkeypatch):
     standbys: list[Standby] = []
     taken: list[Worker] = []
 
-    def make() -> tuple[Standby, list[Worker]]:
-        standbys.append(Standby(child_env(None, "cpu")))
+    def make(depth: int = 1) -> tuple[Standby, list[Worker]]:
+        standbys.append(Standby(child_env(None, "cpu"), depth))
         return standbys[-1], taken
 
     yield make
@@ -107,6 +107,19 @@ def test_evaluate_with_standby_gives_the_same_verdict(standby, name):
     fresh = evaluate_fixture(exp)
     assert len(served) == 1 and served[0].preloaded is not None, "the candidate did not come from the standby"
     assert (rec.status, sorted(rec.flags)) == (fresh.status, sorted(fresh.flags)) == (exp.status, sorted(exp.flags))
+
+
+def test_a_deeper_standby_hands_out_the_oldest_and_refills(standby, tmp_path):
+    """depth 2: the next two candidates are both started ahead; each take() hands out the oldest
+    (the one with the most time to have finished starting) and starts one more at the back."""
+    sb, taken = standby(2)
+    first, second = list(sb.pool)
+    setup, env = _setup(tmp_path)
+    w = sb.take(setup, env, 120)
+    taken.append(w)
+    assert w is first and w.preloaded is not None
+    assert len(sb.pool) == 2 and sb.pool[0] is second and sb.pool[1] not in (first, second)
+    assert _ext_seen(w) == str(tmp_path / "ext")
 
 
 def test_slot_keeps_one_standby_and_closes_it():

@@ -1,6 +1,7 @@
 """Unit tests of the parts that judge: tolerances, fingerprints, clock checks, static rules, config."""
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -65,8 +66,21 @@ def _measure(cand_rounds, ref_rounds, cand_t, ref_t, cand_host=None, ref_host=No
     m = Measurement()
     m.cand, m.ref = cand_t, ref_t
     m.cand_host, m.ref_host = cand_host or [t + 0.01 for t in cand_t], ref_host or [t + 0.01 for t in ref_t]
-    m.cand_rounds, m.ref_rounds = cand_rounds, ref_rounds
+    quiet = lambda rs: [r if len(r) == 4 else (*r, True) for r in rs]  # noqa: E731
+    m.cand_rounds, m.ref_rounds = quiet(cand_rounds), quiet(ref_rounds)
     return m
+
+
+def test_clock_checks_judge_quiet_rounds_but_cannot_be_escaped_by_contention():
+    """Rounds in which the candidate's process waited for a CPU (parent-read schedstat) carry
+    overhead that is not hidden GPU time: with enough quiet rounds they are left out. A solution
+    whose every round is contended is still checked, on all of them."""
+    cfg = load_config()
+    ref_rounds = [(10 * 1.3, 10 * 1.0, 10, True)] * 10
+    quiet = [(10 * 1.3, 10 * 1.0, 10, True)] * 6
+    stretched = [(10 * 2.5, 10 * 1.0, 10, False)] * 6  # 1.2 ms per call of waiting for a CPU
+    assert clock_checks(_measure(quiet + stretched, ref_rounds, [1.0] * 120, [1.0] * 100), cfg) == []
+    assert clock_checks(_measure(stretched, ref_rounds, [1.0] * 60, [1.0] * 100), cfg) == ["timer_mismatch"]
 
 
 def test_clock_checks_pass_honest_and_flag_hidden_time():
@@ -79,7 +93,7 @@ def test_clock_checks_pass_honest_and_flag_hidden_time():
     assert clock_checks(honest, cfg) == []
     # reports 0.05 ms per call while the parent's clock sees 0.5 ms of work
     faked = _measure(cand_rounds, ref_rounds, [0.05] * 100, [t_ref] * 100)
-    faked.cand_rounds = [(w, 10 * 0.05, n) for w, _, n in cand_rounds]
+    faked.cand_rounds = [(w, 10 * 0.05, n, True) for w, _, n in cand_rounds]
     assert clock_checks(faked, cfg) == ["timer_mismatch"]
     # events see 0.05 ms; the device was busy 0.5 ms longer (work on an unsynchronized stream)
     side = _measure(cand_rounds, ref_rounds, [t_c] * 100, [t_ref] * 100, cand_host=[t_c + 0.5] * 100)
@@ -159,9 +173,130 @@ def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
     assert "impossible_timing" in clock_checks(m, cfg)
 
 
-def test_samples_at_low_clocks_are_dropped():
-    from harness.records import Reply
-    from harness.timing import _keep
-    reply = Reply(op="time", ok=True, times_ms=[1.0, 1.0, 1.0], clocks_mhz=[1980, 1200, 1900])
-    assert _keep(reply, 0.75, 1980) == [True, False, True]
-    assert _keep(Reply(op="time", ok=True, times_ms=[1.0, 2.0]), 0.75, 1980) == [True, True]  # no readings
+def test_round_state_drops_transient_slowdowns_but_not_the_power_cap():
+    from harness.timing import round_state
+    base = {"sm": 1980, "mem": 3201, "temp": 40, "power_w": 300.0, "reasons": 0, "power_ns": 0, "thermal_ns": 0}
+    at = lambda **kw: {**base, **kw}  # noqa: E731
+    ok = round_state(base, at(reasons=0x4, power_ns=2_000_000), 0.75, 1980)  # power-capped: what it costs
+    assert not ok["slow"] and ok["power_cap_ns"] == 2_000_000
+    assert round_state(base, at(thermal_ns=5), 0.75, 1980)["why"] == ["thermal_limited"]
+    assert round_state(base, at(reasons=0x8 | 0x1), 0.75, 1980)["why"] == ["hw_slowdown"]
+    assert round_state(base, at(sm=1200), 0.75, 1980)["why"] == ["low_sm_clock"]
+    assert round_state(None, base, 0.75, 1980) == {"slow": False}  # no NVML: every round kept
+
+
+class _FakeTimed:
+    """A worker answering `time` commands with fixed samples and whatever clocks it claims."""
+
+    def __init__(self, ms: float, claimed_mhz: int):
+        self.ms, self.claimed, self.returncode = ms, claimed_mhz, None
+
+    def request(self, cmd, timeout):
+        from harness.records import Reply
+        n = len(cmd.seeds)
+        return Reply(op="time", ok=True, times_ms=[self.ms] * n, host_ms=[self.ms + 0.05] * n,
+                     fingerprints=[[] for _ in range(n)], clocks_mhz=[self.claimed] * n,
+                     max_clock_mhz=1980), n * (self.ms + 0.1) / 1e3
+
+    def pause(self):
+        pass
+
+    def resume(self):
+        pass
+
+
+def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
+    """The candidate's own clock reports cannot get its samples dropped (selection bias); a round
+    in which the parent's NVML readings show thermal limiting is re-taken."""
+    import random
+
+    import harness.timing as timing
+    snaps = iter(range(10_000))
+
+    class Monitor:
+        max_sm = 1980
+
+        def __init__(self, gpu=None):
+            pass
+
+        def snapshot(self):
+            i = next(snaps)
+            # snapshots come in threes per round (before candidate, after it, after the reference);
+            # round 3's candidate interval (snapshots 9 -> 10) is thermally limited
+            return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": 0, "power_ns": 0,
+                    "thermal_ns": 1000 if i >= 10 else 0}
+
+    monkeypatch.setattr(timing, "GpuMonitor", Monitor)
+    cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
+    m = timing.measure(_FakeTimed(1.0, claimed_mhz=100), _FakeTimed(2.0, claimed_mhz=1980), cfg,
+                       random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
+    assert m.retaken == ["candidate: thermal_limited"], m.retaken
+    assert m.throttled == 10
+    assert len(m.cand) == len(m.ref) - 10  # the claimed 100 MHz dropped nothing
+    assert timing.gpu_summary(m)["rounds_retaken"] == ["candidate: thermal_limited"]
+    assert "throttled" not in m.flags
+
+
+def test_a_slowdown_that_persists_is_measured_under_and_flagged(monkeypatch):
+    """A GPU stuck in a slowdown (a hardware-slowdown reason on every reading) must not make every
+    evaluation fail for want of samples: after a bounded number of re-takes the rounds are kept and
+    the record is flagged throttled."""
+    import random
+
+    import harness.timing as timing
+
+    class Monitor:
+        max_sm = 1980
+
+        def __init__(self, gpu=None):
+            pass
+
+        def snapshot(self):
+            return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": 0x8, "power_ns": 0,
+                    "thermal_ns": 0}
+
+    monkeypatch.setattr(timing, "GpuMonitor", Monitor)
+    cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
+    m = timing.measure(_FakeTimed(1.0, 1980), _FakeTimed(2.0, 1980), cfg, random.Random(0), cuda=True,
+                       tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
+    assert "throttled" in m.flags and len(m.cand) >= 20 and len(m.ref) >= 20
+    assert len(m.retaken) == 2 * 4 + 10
+
+
+
+
+def test_trial_payload_round_trips_and_refuses_forgeries():
+    """The trial wire format (harness.payload): tensors of every accepted dtype, nested sequences
+    and scalars come back equal; a header that lies about its tensors, names a dtype outside the
+    list, or holds an unknown node is refused with ValueError, never loaded."""
+    import json
+    import struct
+
+    import torch
+
+    from harness.payload import decode, encode
+    rec = {"out": [torch.randn(3, 4), torch.tensor([True, False]), torch.zeros(0, 5),
+                   torch.randn(2).to(torch.bfloat16), torch.arange(6, dtype=torch.int64).reshape(2, 3)],
+           "inputs_after": [3, 1.5, float("nan"), float("-inf"), None, "x"], "out_meta": [{"type": "torch.Tensor"}]}
+    blob = b"".join(encode(torch, rec))
+    back = decode(blob)
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(rec["out"], back["out"]))
+    assert back["inputs_after"][:2] == [3, 1.5] and math.isnan(back["inputs_after"][2])
+    assert back["inputs_after"][3:] == [float("-inf"), None, "x"] and back["out_meta"] == rec["out_meta"]
+
+    def forged(tree, tensors, data=b""):
+        head = json.dumps({"tree": {"map": tree} if isinstance(tree, dict) else tree, "tensors": tensors}).encode()
+        return struct.pack("<Q", len(head)) + head + data
+
+    ok = forged({"out": {"t": 0}}, [{"dtype": "float32", "shape": [2], "nbytes": 8}], b"\0" * 8)
+    assert torch.equal(decode(ok)["out"], torch.zeros(2))
+    for bad in (forged({"out": {"t": 0}}, [{"dtype": "float32", "shape": [4], "nbytes": 8}], b"\0" * 8),
+                forged({"out": {"t": 0}}, [{"dtype": "float32", "shape": [2], "nbytes": 8}], b"\0" * 4),
+                forged({"out": {"t": 0}}, [{"dtype": "float32", "shape": [2], "nbytes": 8}], b"\0" * 12),
+                forged({"out": {"t": 0}}, [{"dtype": "Tensor", "shape": [2], "nbytes": 8}], b"\0" * 8),
+                forged({"out": {"t": 1}}, [{"dtype": "float32", "shape": [2], "nbytes": 8}], b"\0" * 8),
+                forged({"out": {"__reduce__": "os.system"}}, []),
+                forged(["not", "a", "record"], []),
+                blob[:5]):
+        with pytest.raises(ValueError):
+            decode(bad)

@@ -1,0 +1,115 @@
+"""The wire format of one correctness trial (outputs and inputs of one forward), child to parent.
+
+A JSON header then the tensors' raw bytes: no pickle, so a forged payload can carry nothing that
+runs code, and the parent maps the bytes as tensors without copying. (torch.save and a weights_only
+load cost about a second per 200 MB at each end; a full-size trial is often that big.)
+
+    8 bytes: header length, little-endian | header (JSON) | tensor bytes, back to back
+
+The header holds the record's tree with every tensor replaced by {"t": index}, and per tensor its
+dtype, shape and byte count. Leaves besides tensors: None, bool, int, float, str.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+_LEN = struct.Struct("<Q")
+# what a payload may name; a dtype outside it is refused (the header is the candidate's to write)
+DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "int8", "int16", "int32",
+          "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2")
+MAX_DEPTH = 32
+
+
+def encode(torch, record: dict) -> list:
+    """Child side: the payload as buffers to write in order (the tensors' own memory, not copied;
+    they are kept alive by the views). Tensors must already be plain, on the CPU (worker._to_cpu)."""
+    import ctypes
+    tensors: list = []
+
+    def enc(x: Any, depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise ValueError("output nested too deeply")
+        if isinstance(x, torch.Tensor):
+            t = x.contiguous()
+            tensors.append(t)
+            return {"t": len(tensors) - 1}
+        if isinstance(x, (list, tuple)):
+            return [enc(y, depth + 1) for y in x]
+        if isinstance(x, dict):
+            return {"map": {str(k): enc(v, depth + 1) for k, v in x.items()}}
+        if x is None or isinstance(x, (bool, int, str)):
+            return x
+        if isinstance(x, float):  # JSON has no NaN or inf
+            return x if math.isfinite(x) else {"float": repr(x)}
+        return repr(type(x))
+
+    tree = enc(record)
+    meta = [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+             "nbytes": t.numel() * t.element_size()} for t in tensors]
+    header = json.dumps({"tree": tree, "tensors": meta}).encode()
+    parts: list = [_LEN.pack(len(header)) + header]
+    for t, m in zip(tensors, meta):
+        if m["nbytes"]:
+            raw = (ctypes.c_char * m["nbytes"]).from_address(t.data_ptr())
+            raw._owner = t  # the view keeps the tensor's memory alive
+            parts.append(memoryview(raw).cast("B"))
+    return parts
+
+
+def decode(blob) -> dict:
+    """Parent side: the record, its tensors views of `blob` (kept alive by them). Raises ValueError
+    on anything malformed."""
+    import torch
+    buf = blob if isinstance(blob, bytearray) else bytearray(blob)  # frombuffer wants it writable
+    if len(buf) < _LEN.size:
+        raise ValueError("payload too short")
+    (hlen,) = _LEN.unpack_from(buf, 0)
+    if hlen > len(buf) - _LEN.size:
+        raise ValueError("header length beyond the payload")
+    try:
+        head = json.loads(bytes(buf[_LEN.size:_LEN.size + hlen]))
+        tree, metas = head["tree"], head["tensors"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"unreadable header: {e}") from None
+    tensors, off = [], _LEN.size + hlen
+    for m in metas:
+        name, shape, nbytes = m.get("dtype"), m.get("shape"), m.get("nbytes")
+        if name not in DTYPES or not isinstance(getattr(torch, name, None), torch.dtype):
+            raise ValueError(f"dtype {name!r} not accepted")
+        dtype = getattr(torch, name)
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise ValueError("bad shape")
+        numel = math.prod(shape)
+        if nbytes != numel * dtype.itemsize or off + nbytes > len(buf):
+            raise ValueError("tensor bytes do not match its shape, or run past the payload")
+        t = (torch.frombuffer(buf, dtype=dtype, count=numel, offset=off) if numel
+             else torch.empty(0, dtype=dtype))
+        tensors.append(t.reshape(shape))
+        off += nbytes
+    if off != len(buf):
+        raise ValueError("trailing bytes after the last tensor")
+
+    def dec(x: Any, depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise ValueError("payload nested too deeply")
+        if isinstance(x, list):
+            return [dec(y, depth + 1) for y in x]
+        if isinstance(x, dict):
+            if set(x) == {"t"} and isinstance(x["t"], int) and 0 <= x["t"] < len(tensors):
+                return tensors[x["t"]]
+            if set(x) == {"map"} and isinstance(x["map"], dict):
+                return {k: dec(v, depth + 1) for k, v in x["map"].items()}
+            if set(x) == {"float"} and x["float"] in ("nan", "inf", "-inf"):
+                return float(x["float"])
+            raise ValueError("unknown node in payload")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise ValueError("unknown leaf in payload")
+
+    rec = dec(tree)
+    if not isinstance(rec, dict):
+        raise ValueError("payload is not a record")
+    return rec
