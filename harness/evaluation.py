@@ -225,9 +225,13 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         t0 = time.perf_counter()
         gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's
         tcfg = cfg
+
+        def timed():
+            return measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
+                           timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+
         try:
-            m = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
-                        timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+            m = timed()
             if m.restart_candidate:
                 # A capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch
                 # half in capture mode in that process: RNG offsets, allocator pool, current stream.
@@ -236,8 +240,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 cand = start_candidate()
                 tcfg = cfg.model_copy(deep=True)
                 tcfg.timing.cuda_graph = False
-                m = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
-                            timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+                m = timed()
                 m.flags.append("cuda_graph_unavailable")
         except WorkerTimeout:
             cand.kill()
@@ -281,8 +284,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
         cheats = clock_checks(m, cfg, device == "cuda")
         if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
-            m2 = measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
-                         timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+            m2 = timed()
             cheats = [f for f in clock_checks(m2, cfg, device == "cuda") if f in cheats] if not m2.error else cheats
             if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
                 m = m2

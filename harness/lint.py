@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from .config import Config
+from .config import Config, Tolerance
+from .correctness import compare_tensors
 from .evaluation import tolerance_for
 from .problems import Problem
 from .records import Command
@@ -23,26 +24,10 @@ def _tensors(out) -> list[torch.Tensor]:
 
 
 def _same(a, b, atol: float, rtol: float, rel_l2: float) -> bool:
-    """Equal by the correctness test (elementwise and relative L2), without float64 copies
-    (full-size outputs can be GBs)."""
+    """Equal by the correctness test itself (elementwise and relative L2), on the outputs' device."""
     ta, tb = _tensors(a), _tensors(b)
-    if len(ta) != len(tb):
-        return False
-    for x, y in zip(ta, tb):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        if not (x.is_floating_point() or x.is_complex()):
-            if not torch.equal(x, y):
-                return False
-            continue
-        xf, yf = x.float(), y.float()
-        if not bool(torch.isclose(xf, yf, rtol=rtol, atol=atol, equal_nan=True).all()):
-            return False
-        finite = torch.isfinite(yf)
-        err, ref = float((xf - yf)[finite].norm()), float(yf[finite].norm())
-        if err > rel_l2 * ref:
-            return False
-    return True
+    tol = Tolerance(atol=atol, rtol=rtol, rel_l2=rel_l2)
+    return len(ta) == len(tb) and all(compare_tensors(x, y, tol)[0] for x, y in zip(ta, tb))
 
 
 def analyse(o1, o2, o3, params: int, atol: float, rtol: float, rel_l2: float) -> tuple[list[str], dict[str, str]]:

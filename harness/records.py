@@ -185,4 +185,5 @@ class Reply(BaseModel):
     notes: dict[str, str] = Field(default_factory=dict)
     # sizes of the binary frames (harness.payload) that follow this line on the channel
     blob_sizes: list[int] = Field(default_factory=list)
-    blobs: list[bytes] = Field(default_factory=list, exclude=True)
+    # the frames themselves: buffers to write in the child (payload.encode), bytearrays in the parent
+    blobs: list[Any] = Field(default_factory=list, exclude=True)

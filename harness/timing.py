@@ -92,25 +92,6 @@ def nvml_handle(visible: Optional[str] = None):
         return None, None
 
 
-class _Clock:
-    """SM clock through NVML, read after each call (outside the measured interval)."""
-
-    def __init__(self):
-        self.nvml, self.h = nvml_handle()
-        try:
-            self.max = self.nvml.nvmlDeviceGetMaxClockInfo(self.h, self.nvml.NVML_CLOCK_SM) if self.h else None
-        except Exception:
-            self.h, self.max = None, None
-
-    def read(self):
-        if self.h is None:
-            return None
-        try:
-            return self.nvml.nvmlDeviceGetClockInfo(self.h, self.nvml.NVML_CLOCK_SM)
-        except Exception:
-            return None
-
-
 # clock-event reasons (NVML bit values) that mark a transient slowdown: samples taken under one are
 # not what the kernel costs. The software power cap is left out on purpose: power-heavy kernels run
 # under it in steady state, so it is part of what they cost (its time is reported, not dropped).
@@ -119,11 +100,11 @@ POWER_CAP = 0x4
 
 
 class GpuMonitor:
-    """The parent's own NVML readings of the evaluation's GPU, taken around every timing round.
-    Which rounds are discarded as throttled is decided on these: a candidate's process could report
-    anything about its own clocks. The violation counters are cumulative device-wide nanoseconds
-    spent power- or thermally-limited, so a slowdown inside a round is seen even when the clocks
-    have recovered by the time the round ends."""
+    """NVML readings of one GPU. The parent takes them around every timing round, and decides on
+    them which rounds are discarded as throttled: a candidate's process could report anything about
+    its own clocks. The violation counters are cumulative device-wide nanoseconds spent power- or
+    thermally-limited, so a slowdown inside a round is seen even when the clocks have recovered by
+    the time the round ends. (Children read the SM clock after each call, and the environment.)"""
 
     def __init__(self, visible: Optional[str] = None):
         self.nvml, self.h = nvml_handle(visible)
@@ -137,11 +118,14 @@ class GpuMonitor:
         except Exception:  # a reading this GPU or driver does not support
             return None
 
+    def sm(self) -> Optional[int]:
+        return self._get(lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
+
     def snapshot(self) -> Optional[dict]:
         if self.h is None:
             return None
         viol = lambda pol: self._get(lambda n, h: n.nvmlDeviceGetViolationStatus(h, pol).violationTime)  # noqa: E731
-        return {"sm": self._get(lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+        return {"sm": self.sm(),
                 "mem": self._get(lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
                 "temp": self._get(lambda n, h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
                 "power_w": self._get(lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1000.0),
@@ -222,7 +206,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     fps: list[list[float]] = []
     flags: list[str] = []
     flush = reset_l2 = None
-    clock = _Clock() if cuda else None
+    clock = GpuMonitor() if cuda else None
     if not _PINNED:  # the reference's process: no solution code in it, pinning now is as good
         pin(torch)
     P = _PINNED
@@ -288,11 +272,11 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             host.append((t1 - t0) * 1e3)
             times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
             if clock is not None and clock.h is not None:
-                clocks.append(clock.read() or 0)
+                clocks.append(clock.sm() or 0)
             fps.append(_fingerprint(torch, out, seed, npos))
             del out, inputs
     return {"times_ms": times, "host_ms": host, "fingerprints": fps, "clocks_mhz": clocks,
-            "max_clock_mhz": clock.max if clock else None, "flags": flags,
+            "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
             "l2_reset": reset_l2 is not None}
 
 

@@ -74,19 +74,13 @@ def fingerprint(device: str) -> dict[str, Any]:
 
 
 def _nvml_state() -> dict[str, Any]:
-    from .timing import nvml_handle
-    nvml, h = nvml_handle()
-    if h is None:
+    from .timing import GpuMonitor
+    mon = GpuMonitor()
+    snap = mon.snapshot()
+    if snap is None:
         return {}
-    try:
-        return {
-            "driver": nvml.nvmlSystemGetDriverVersion(),
-            "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
-            "temperature_c": nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
-        }
-    except Exception:
-        return {}
+    return {"driver": mon._get(lambda n, h: n.nvmlSystemGetDriverVersion()), "sm_clock_mhz": snap["sm"],
+            "mem_clock_mhz": snap["mem"], "temperature_c": snap["temp"]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,7 +281,7 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict], profile: bool = True) -> tuple[list[bytes], dict]:
+    def trials(self, seeds: list[int], shapes: list[dict], profile: bool = True) -> tuple[list[list], dict]:
         """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions, GPU kernels seen)."""
