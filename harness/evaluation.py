@@ -176,10 +176,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         cand = start_candidate()
         phases.load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes,
-                                      profile=cfg.correctness.list_kernels and bool(creply.kernel_names)),
+        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
                         cfg.timeouts.run_s, "correctness trials")
-        phases.trials_s, phases.profile_s = time.perf_counter() - t0, reply.profile_s
+        phases.trials_s = time.perf_counter() - t0
         if len(reply.blobs) != len(ref.plan.seeds):
             raise Failure(Status.runtime_error, "the candidate returned the wrong number of trial outputs",
                           ["malformed_report"])
@@ -189,7 +188,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.rejected, f"trial output could not be read as plain tensors: {str(e)[:300]}",
                           ["malformed_report"]) from None
 
-        if not _custom_kernel_ran(device, creply.kernel_names, reply):
+        # calls into its extensions, until (on a GPU) the profiler's kernel list, after timing, decides
+        if not reply.custom_calls:
             res.flags.append("no_custom_kernel")
 
         # 4. the reference, in its own process, after the candidate
@@ -294,6 +294,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if cheats:
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(cheats), cheats)
+        if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
+            _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
         res.speedup_ci = ratio_ci(m.ref, m.cand, seed=ref.rng.getrandbits(32))
         res.status = Status.passed
@@ -338,12 +340,19 @@ def builds_extensions(code: str) -> bool:
     return "cpp_extension" in code or "load_inline" in code
 
 
-def _custom_kernel_ran(device: str, defined: list[str], reply) -> bool:
-    """On a GPU: a kernel the solution defines appears in the profiler's list for the first trial.
-    Otherwise (CPU, or kernels not parsed): the solution's extension functions were called."""
-    if device == "cuda" and defined and reply.profile_s is not None:
-        return any(k in name for k in defined for name in reply.kernels_seen)
-    return bool(reply.custom_calls)
+def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: list[str], seed: int,
+                  cfg: Config) -> None:
+    """On a GPU: did a kernel the solution defines run? One forward under the profiler, after timing,
+    because the profiler slows every later launch in its process (see worker.Runner.kernels)."""
+    reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
+    phases.profile_s = reply.profile_s
+    if not reply.kernels_seen:  # the profiler saw no GPU work at all (CUPTI unavailable): no evidence
+        return
+    ran = any(k in name for k in defined for name in reply.kernels_seen)
+    if ran and "no_custom_kernel" in res.flags:
+        res.flags.remove("no_custom_kernel")
+    elif not ran and "no_custom_kernel" not in res.flags:
+        res.flags.append("no_custom_kernel")
 
 
 def _worst_errors(res: EvalResult) -> None:

@@ -73,8 +73,8 @@ class PhaseTimes(BaseModel):
     timing_s: float = 0.0
     total_s: float = 0.0
     # parts of correctness_s: the candidate's trials and their transfer, the reference's start (the
-    # first solution of a problem pays it), judging in the parent; and of trials_s, the first trial's
-    # profiled forward as the candidate reports it (GPU)
+    # first solution of a problem pays it), judging in the parent. profile_s: the profiled forward
+    # that lists the candidate's GPU kernels, after timing (in total_s, not in correctness_s)
     trials_s: float = 0.0
     reference_s: float = 0.0
     judge_s: float = 0.0
@@ -134,7 +134,7 @@ class Command(BaseModel):
     """One request from the parent to a worker."""
 
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "lint", "exit"]
+    op: Literal["load", "build", "trials", "time", "kernels", "lint", "exit"]
     # build
     init_seed: Optional[int] = None
     # lint: a second weight seed, and the tolerance the outputs are compared with
@@ -145,9 +145,6 @@ class Command(BaseModel):
     # trials: each (seed, shape overrides) -> outputs sent back as binary frames
     seeds: list[int] = Field(default_factory=list)
     shapes: list[dict[str, Any]] = Field(default_factory=list)
-    # list the GPU kernels of the first trial (the profiler costs about a second; only worth it when
-    # the solution defines kernels whose names can be looked for)
-    profile: bool = True
     # time
     warmup: int = 0
     calls: int = 0

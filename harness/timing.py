@@ -237,7 +237,11 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 runner.cache[key] = _capture(torch, fn, runner.make_inputs(seeds[0] ^ 0x6A6A))
             captured = runner.cache[key]
             if captured is None:
-                flags.append("cuda_graph_unavailable")
+                # stop here: after a capture that failed inside CUDA this process may still be half
+                # in capture mode, and the parent times both sides eagerly instead
+                return {"times_ms": [], "host_ms": [], "fingerprints": [], "clocks_mhz": [],
+                        "max_clock_mhz": clock.max_sm if clock else None,
+                        "flags": ["cuda_graph_unavailable"], "l2_reset": reset_l2 is not None}
         if cuda:
             sync()
         for seed in seeds:
@@ -393,6 +397,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
         s1, q1 = snap(), rq(cand)
+        if warm and m.cuda_graph and (not c_reply.ok or "cuda_graph_unavailable" in c_reply.flags):
+            # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
+            # in capture mode in that process (RNG offsets, allocator pool, current stream), and
+            # may surface as an error of this first round: evaluate() times both sides again,
+            # eagerly, with the candidate in a fresh process; an error that persists there is its own
+            m.restart_candidate = True
+            break
         if not c_reply.ok:
             m.error = c_reply.error
             m.flags.append(c_reply.error_kind or "runtime_error")
@@ -413,6 +424,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             cand.resume()
         if not r_reply.ok:
             raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+        if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
+            m.cuda_graph = False  # both sides or neither: a fair comparison first
+            m.flags.append("cuda_graph_unavailable")
+            continue  # the warm-up round again, eagerly
         if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
             m.flags.append("malformed_report")
             break
@@ -423,13 +438,6 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         m.l2_reset = bool(r_reply.l2_reset)
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
-            if "cuda_graph_unavailable" in c_reply.flags and m.cuda_graph:
-                m.restart_candidate = True  # its process may be left half in capture mode
-                break
-            if "cuda_graph_unavailable" in r_reply.flags and m.cuda_graph:
-                m.cuda_graph = False  # both sides or neither: a fair comparison first
-                m.flags.append("cuda_graph_unavailable")
-                warm = True
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
         st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)

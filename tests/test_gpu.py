@@ -81,3 +81,15 @@ def test_cuda_graph_falls_back_when_forward_cannot_be_captured(fixture):
     assert r.timing_method["cuda_graph"] is False, detail
     assert r.timing_method["method"] == "cuda_events", detail
     assert r.speedup and r.speedup > 0, detail
+
+
+@gpu
+def test_an_identical_launch_bound_solution_times_like_its_reference():
+    """The same 24 launches on both sides, one kernel the solution's own: the speedup must be about 1.
+    It pins that nothing done to the candidate's process alone (the profiler listing its kernels,
+    which slows every later launch there about 4x) happens before it is timed."""
+    r = evaluate_fixture(read_expectation(ROOT / "tests/fixtures/gpu/honest_launch_bound_ext.py"), device="cuda")
+    detail = f"error={r.error!r}\nflags={r.flags}\nspeedup={r.speedup}\nmethod={r.timing_method}"
+    assert r.status.value == "passed" and r.flags == [], detail
+    assert r.phases.profile_s is not None, detail  # the kernel list was taken (after timing)
+    assert 0.85 < r.speedup < 1.18, detail

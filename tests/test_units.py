@@ -268,6 +268,62 @@ def test_a_slowdown_that_persists_is_measured_under_and_flagged(monkeypatch):
 
 
 
+class _GraphFake(_FakeTimed):
+    """A worker whose forward cannot be captured: its first graph-mode round answers as the child
+    does, flagged and without samples (`fail`: with an error instead, as a half-captured process can)."""
+
+    def __init__(self, ms: float, fail: bool = False):
+        super().__init__(ms, 1980)
+        self.fail, self.modes = fail, []
+
+    def request(self, cmd, timeout):
+        from harness.records import Reply
+        self.modes.append(cmd.cuda_graph)
+        if cmd.cuda_graph:
+            if self.fail:
+                return Reply(op="time", ok=False, error="Offset increment outside graph capture"), 0.01
+            return Reply(op="time", ok=True, flags=["cuda_graph_unavailable"], max_clock_mhz=1980), 0.01
+        return super().request(cmd, timeout)
+
+
+class _NoNvml:
+    max_sm = None
+
+    def __init__(self, gpu=None):
+        pass
+
+    def snapshot(self):
+        return None
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_candidate_that_cannot_be_captured_is_restarted_not_failed(fail, monkeypatch):
+    """Graph mode: a candidate whose capture fails (flagged, or erroring in the process the failed
+    capture left behind) gets a fresh, eager re-measurement from evaluate(), never a verdict here."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.cuda_graph": True, "timing.min_rounds": 2, "timing.min_calls": 4})
+    cand, ref = _GraphFake(1.0, fail=fail), _GraphFake(2.0)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+                       timeout=5, ref_timeout=5)
+    assert m.restart_candidate and m.error is None and not m.flags and not m.cand
+    assert ref.modes == []  # the reference was not asked: the round is void
+
+
+def test_a_reference_that_cannot_be_captured_turns_graphs_off_for_both_sides(monkeypatch):
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.cuda_graph": True, "timing.min_rounds": 2, "timing.min_calls": 4})
+    cand, ref = _FakeTimed(1.0, 1980), _GraphFake(2.0)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+                       timeout=5, ref_timeout=5)
+    assert not m.cuda_graph and m.flags == ["cuda_graph_unavailable"] and not m.restart_candidate
+    assert ref.modes[0] is True and not any(ref.modes[1:])  # graphs for the first round only
+    assert len(m.cand) >= 4 and len(m.ref) >= 4
 
 def test_trial_payload_round_trips_and_refuses_forgeries():
     """The trial wire format (harness.payload): tensors of every accepted dtype, nested sequences
