@@ -10,13 +10,14 @@ baseline off, since it measures something else), it reports:
   - agreement with Nsight Compute's gpu__time_duration (--clock-control none, --cache-control all),
     summed over the kernels of one forward;
   - wall time spent timing one solution (candidate and reference together).
-Usage: python bench/fidelity.py [--runs 5] [--no-ncu] [--out bench/results]
+Usage: python bench/fidelity.py [--runs 5] [--no-ncu] [--only NAME...] [--set KEY=VALUE] [--out bench/out]
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import io
+import json
 import os
 import shutil
 import statistics
@@ -100,6 +101,9 @@ def write_files(tmp: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+OVERRIDES: dict = {}  # --set KEY=VALUE: harness config for every harness run (an A/B of a timing knob)
+
+
 def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
     from harness.config import load_config
     from harness.evaluation import evaluate
@@ -107,7 +111,7 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
     from harness.reference import ReferenceSession
     # one correctness trial: this benchmark is about the timing, and full-size outputs are large
     cfg = load_config(None, {"device": "cuda", "timing.compile_baseline": "off", "correctness.trials": 1,
-                             "timing.flush_method": flush})
+                             "timing.flush_method": flush, **OVERRIDES})
     meds, walls, refs, counts, tele = [], [], [], [], []
     problem = find_problem(prob)
     # one live reference for the runs (as a batch does); each run is a fresh candidate process
@@ -191,8 +195,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    # bench/out (ignored): bench/results holds the curated history, each run's table added by hand
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="harness config override for the harness runs, e.g. timing.launch_hold_us=200")
     args = ap.parse_args()
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        OVERRIDES[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
     import torch
     gpu = torch.cuda.get_device_name(0)
     tmp = Path(tempfile.mkdtemp(prefix="fidelity-"))
@@ -223,6 +233,7 @@ def main() -> None:
         rows[-1]["telemetry"] = tele
         print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     lines = [f"# Timing fidelity on {gpu}", "",
+             *([f"Harness config overrides: {OVERRIDES}", ""] if OVERRIDES else []),
              f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "
              "defaults: cold L2 by a read flush, fresh inputs per call, interleaved rounds, adaptive stopping). "
              "ncu: gpu__time_duration.sum per forward, --clock-control none --cache-control all. do_bench: "

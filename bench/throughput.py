@@ -16,7 +16,8 @@ also takes CPU; the table's floor does not count that.) The warm run is reported
 cold one. Verdicts are checked against what each solution was written to get.
 
 Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--gpus 0,1] [--compile-workers N]
-Results: a table on stdout (last lines) and bench/results/throughput-<device>.md.
+Results: a table on stdout (last lines) and bench/out/throughput-<device>.md (copied by hand,
+with its context, into bench/results/throughput-<device>.md).
 """
 from __future__ import annotations
 
@@ -375,7 +376,9 @@ def main() -> int:
     gpu = _gpu_name(work / "cold") if args.device == "cuda" else platform.processor() or platform.machine()
     table = render(results)
     md = report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, work)
-    out = REPO / "bench" / "results" / f"throughput-{args.device}.md"
+    # bench/out (ignored): bench/results holds the curated history, each run's table added by hand
+    out = REPO / "bench" / "out" / f"throughput-{args.device}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     if wrong:

@@ -57,6 +57,11 @@ class Timing(BaseModel):
     # cache control; write (do_bench's zero_()) leaves ~L2-size of dirty lines whose write-back lands
     # inside the next timed call and adds ~10 us to memory-bound kernels
     flush_method: Literal["read", "write"] = "read"
+    # GPU: hold the stream this long (a spin kernel, after the flush, before the start event) so that
+    # the host's launch of the forward is always enqueued before the interval opens. 0: the flush
+    # alone (~55 us on an H200) is the shield, and a slower first launch (cuBLAS through a module's
+    # forward) can leak into the interval. Off until measured (bench/results/fidelity-*.md, session 4)
+    launch_hold_us: float = 0.0
     cpu_min_calls: int = 5
     cpu_threads: int = 1
     round_calls: int = 10

@@ -258,6 +258,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         res.timing_method = {
             "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
             "l2_flush": (cfg.timing.flush_method if cfg.timing.flush_l2 and device == "cuda" else None), "persisting_l2_reset": m.l2_reset,
+            "launch_hold_us": cfg.timing.launch_hold_us if device == "cuda" else None,
             "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
             "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,

@@ -150,6 +150,7 @@ class Command(BaseModel):
     calls: int = 0
     flush_l2: bool = True
     flush_method: Literal["read", "write"] = "read"
+    hold_us: float = 0.0
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False

@@ -32,7 +32,8 @@ def pin(torch) -> None:
     in the parent remain the defence against anything subtler."""
     _PINNED.update(sum=torch.sum, zeros=torch.zeros, empty=torch.empty, perf_counter=time.perf_counter)
     if torch.cuda.is_available():
-        _PINNED.update(synchronize=torch.cuda.synchronize, Event=torch.cuda.Event)
+        _PINNED.update(synchronize=torch.cuda.synchronize, Event=torch.cuda.Event,
+                       sleep=getattr(torch.cuda, "_sleep", None))
 
 
 def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
@@ -196,7 +197,8 @@ def _capture(torch, fn, inputs):
 
 
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
-               flush_method: str = "read", variant: str = "eager", graph: bool = False) -> dict:
+               flush_method: str = "read", variant: str = "eager", graph: bool = False,
+               hold_us: float = 0.0) -> dict:
     torch = runner.torch
     cuda = runner.device == "cuda"
     fn = runner.timed_callable(variant)
@@ -225,6 +227,11 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
             flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
         reset_l2 = runner.cache.setdefault("reset_l2", _persisting_l2_reset())
+    hold = None
+    if cuda and hold_us > 0 and P.get("sleep") is not None:
+        # cycles at the maximum SM clock: at least hold_us at any clock
+        cycles = int(hold_us * (clock.max_sm or 2000))
+        hold = lambda: P["sleep"](cycles)  # noqa: E731
     start = Event(enable_timing=True) if cuda else None
     end = Event(enable_timing=True) if cuda else None
     with torch.no_grad():
@@ -262,6 +269,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 # (a synchronize here would put ~10-40 us of launch latency into every sample).
                 if flush is not None:
                     flush()
+                if hold is not None:
+                    hold()
                 start.record()
                 if captured is not None:
                     captured[0].replay()
@@ -393,6 +402,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
+                      hold_us=t.launch_hold_us,
                       cuda_graph=m.cuda_graph)
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)

@@ -344,6 +344,7 @@ class Runner:
     def time(self, cmd) -> dict:
         from .timing import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
+                          hold_us=cmd.hold_us,
                           variant=cmd.variant, graph=cmd.cuda_graph)
 
 
