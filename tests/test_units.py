@@ -360,3 +360,27 @@ def test_trial_payload_round_trips_and_refuses_forgeries():
                 blob[:5]):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
+    """timing.launch_hold_us is part of every timing command, the same for reference and candidate
+    (a hold on one side only would hide that side's launch latency alone)."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    seen = {"cand": set(), "ref": set()}
+
+    class Rec(_FakeTimed):
+        def __init__(self, ms, side):
+            super().__init__(ms, 1980)
+            self.side = side
+
+        def request(self, cmd, timeout):
+            seen[self.side].add(cmd.hold_us)
+            return super().request(cmd, timeout)
+
+    cfg = load_config(None, {"timing.launch_hold_us": 200, "timing.min_rounds": 2, "timing.min_calls": 4})
+    timing.measure(Rec(1.0, "cand"), Rec(2.0, "ref"), cfg, random.Random(0), cuda=True,
+                   tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
+    assert seen == {"cand": {200.0}, "ref": {200.0}}
