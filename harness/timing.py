@@ -234,6 +234,12 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         hold = lambda: P["sleep"](cycles)  # noqa: E731
     start = Event(enable_timing=True) if cuda else None
     end = Event(enable_timing=True) if cuda else None
+
+    def report() -> dict:  # the lists as filled so far
+        return {"times_ms": times, "host_ms": host, "fingerprints": fps, "clocks_mhz": clocks,
+                "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
+                "l2_reset": reset_l2 is not None}
+
     with torch.no_grad():
         for k in range(warmup):
             fn(*runner.make_inputs(seeds[0] ^ (0x5EED + k)))
@@ -246,9 +252,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             if captured is None:
                 # stop here: after a capture that failed inside CUDA this process may still be half
                 # in capture mode, and the parent times both sides eagerly instead
-                return {"times_ms": [], "host_ms": [], "fingerprints": [], "clocks_mhz": [],
-                        "max_clock_mhz": clock.max_sm if clock else None,
-                        "flags": ["cuda_graph_unavailable"], "l2_reset": reset_l2 is not None}
+                flags.append("cuda_graph_unavailable")
+                return report()
         if cuda:
             sync()
         for seed in seeds:
@@ -288,9 +293,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 clocks.append(clock.sm() or 0)
             fps.append(_fingerprint(torch, out, seed, npos))
             del out, inputs
-    return {"times_ms": times, "host_ms": host, "fingerprints": fps, "clocks_mhz": clocks,
-            "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
-            "l2_reset": reset_l2 is not None}
+    return report()
 
 
 # --------------------------------------------------------------------------------------------------
