@@ -32,6 +32,7 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = REPO / "tests" / "problems"
@@ -214,6 +215,29 @@ def relu_add_ext(device: str, name: str, op: str = "+", relu: str = "v > 0.f ? v
                         f"class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return ext.{fn}(a, b)\n")
 
 
+def softmax_ext(device: str, name: str, threads: int = 256, normalize: bool = True) -> str:
+    cuda = CUDA_SOFTMAX.replace("bt_softmax", name).replace("const int threads = 256", f"const int threads = {threads}")
+    cpu = CPP_SOFTMAX.replace("bt_softmax", name) + f"// variant {threads}\n"
+    if not normalize:  # the exponentials without the division: wrong
+        cuda = cuda.replace("const float inv = 1.f / sh[0];", "const float inv = 1.f;")
+        cpu = cpu.replace("const float inv = (float)(1.0 / s);", "const float inv = 1.0f;")
+    return ext_solution(device, name, f"{name}_rows", cpu, cuda, f"torch::Tensor {name}_rows(torch::Tensor x);",
+                        f"class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.{name}_rows(x)\n")
+
+
+def bias_relu_ext(device: str, name: str, threads: int = 256, relu: bool = True) -> str:
+    cuda = CUDA_BIAS_RELU.replace("bt_bias_relu", name).replace("const int threads = 256", f"const int threads = {threads}")
+    cpu = CPP_BIAS_RELU.replace("bt_bias_relu", name) + f"// variant {threads}\n"
+    if not relu:  # the bias without the relu: wrong
+        cuda = cuda.replace("y[i] = v > 0.f ? v : 0.f;", "y[i] = v;")
+        cpu = cpu.replace("py[i] = v > 0.f ? v : 0.f;", "py[i] = v;")
+    return ext_solution(device, name, name, cpu, cuda, f"torch::Tensor {name}(torch::Tensor y, torch::Tensor b);",
+                        "class ModelNew(nn.Module):\n    def __init__(self, in_features, out_features):\n"
+                        "        super().__init__()\n        self.linear = nn.Linear(in_features, out_features)\n\n"
+                        "    def forward(self, x):\n"
+                        f"        return ext.{name}(torch.matmul(x, self.linear.weight.t()), self.linear.bias)\n")
+
+
 def catalog(device: str) -> list[dict]:
     """(label, problem, file name, expected status, code, builds an extension, in --small)."""
     S = []
@@ -221,7 +245,7 @@ def catalog(device: str) -> list[dict]:
     def add(label, problem, name, expect, code, ext=False, small=False):
         S.append(dict(label=label, problem=problem, name=name, expect=expect, code=code, ext=ext, small=small))
 
-    # relu_add: 15
+    # relu_add: 18
     for i, (lab, body) in enumerate([("modelA", "torch.relu(a + b)"), ("modelB", "(a + b).clamp_min(0)"),
                                      ("modelC", "torch.clamp(a + b, min=0)"), ("modelA", "F.relu(a.add(b))"),
                                      ("modelB", "torch.maximum(a + b, torch.zeros_like(a))")]):
@@ -231,6 +255,10 @@ def catalog(device: str) -> list[dict]:
         relu_add_ext(device, "bt_relu_add_max", relu="std::max(v, 0.f)" if device == "cpu" else "fmaxf(v, 0.f)",
                      threads=512), ext=True)
     add("modelC", "relu_add", "ext_wrong.py", "incorrect", relu_add_ext(device, "bt_relu_sub", op="-"), ext=True)
+    # generations are mostly extensions: more of them, as a model's samples for one problem differ
+    add("modelA", "relu_add", "ext_t128.py", "passed", relu_add_ext(device, "bt_relu_add_t128", threads=128), ext=True)
+    add("modelC", "relu_add", "ext_t1024.py", "passed", relu_add_ext(device, "bt_relu_add_t1024", threads=1024), ext=True)
+    add("modelB", "relu_add", "ext_norelu.py", "incorrect", relu_add_ext(device, "bt_add_norelu", relu="v"), ext=True)
     add("modelC", "relu_add", "ext_broken.py", "compile_error",
         ext_solution(device, "bt_broken", "bt_broken", CPP_BROKEN, CUDA_BROKEN,
                      "torch::Tensor bt_broken(torch::Tensor a, torch::Tensor b);",
@@ -246,7 +274,7 @@ def catalog(device: str) -> list[dict]:
     add("modelB", "relu_add", "syntax.py", "compile_error", HEAD + "\n\nclass ModelNew(nn.Module:\n    pass\n")
     add("modelC", "relu_add", "response.md", "no_code", "I would write a fused kernel here, but did not.\n", small=True)
 
-    # softmax_wide: 8
+    # softmax_wide: 11
     for i, (lab, body) in enumerate([("modelA", "torch.softmax(x, dim=1)"), ("modelB", "F.softmax(x, dim=-1)"),
                                      ("modelC", "torch.exp(x - x.amax(1, keepdim=True)) / "
                                                 "torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True)"),
@@ -257,13 +285,17 @@ def catalog(device: str) -> list[dict]:
                      "torch::Tensor bt_softmax_rows(torch::Tensor x);",
                      "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.bt_softmax_rows(x)\n"),
         ext=True)
+    add("modelA", "softmax_wide", "ext_t128.py", "passed", softmax_ext(device, "bt_sm128", 128), ext=True)
+    add("modelC", "softmax_wide", "ext_t512.py", "passed", softmax_ext(device, "bt_sm512", 512), ext=True)
+    add("modelB", "softmax_wide", "ext_unnormalized.py", "incorrect",
+        softmax_ext(device, "bt_sm_nonorm", normalize=False), ext=True)
     add("modelC", "softmax_wide", "zeros.py", "incorrect", torch_solution("torch.zeros_like(x)", "x"), small=True)
     add("modelA", "softmax_wide", "unnormalized.py", "incorrect", torch_solution("torch.exp(x)", "x"))
     add("modelB", "softmax_wide", "import_error.py", "runtime_error",
         HEAD + "import no_such_module_anywhere\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
                "        return x\n")
 
-    # linear_relu: 7
+    # linear_relu: 10
     lin = "        self.linear = nn.Linear(in_features, out_features)\n"
     for i, (lab, body) in enumerate([("modelA", "F.relu(F.linear(x, self.linear.weight, self.linear.bias))"),
                                      ("modelB", "torch.addmm(self.linear.bias, x, self.linear.weight.t()).relu()"),
@@ -277,6 +309,10 @@ def catalog(device: str) -> list[dict]:
                      "        super().__init__()\n        self.linear = nn.Linear(in_features, out_features)\n\n"
                      "    def forward(self, x):\n"
                      "        return ext.bt_bias_relu(torch.matmul(x, self.linear.weight.t()), self.linear.bias)\n"),
+        ext=True)
+    add("modelA", "linear_relu", "ext_t128.py", "passed", bias_relu_ext(device, "bt_bias_relu_t128", 128), ext=True)
+    add("modelC", "linear_relu", "ext_t512.py", "passed", bias_relu_ext(device, "bt_bias_relu_t512", 512), ext=True)
+    add("modelB", "linear_relu", "ext_norelu.py", "incorrect", bias_relu_ext(device, "bt_bias_norelu", relu=False),
         ext=True)
     add("modelC", "linear_relu", "no_bias.py", "incorrect", torch_solution("F.relu(F.linear(x, self.linear.weight))",
                                                                           "x", lin), small=True)
@@ -294,12 +330,14 @@ def write_tree(root: Path, sols: list[dict]) -> None:
         p.write_text(s["code"])
 
 
-def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool) -> None:
+def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, lanes: Optional[int] = None) -> None:
     """The default config, but for a fresh build cache, the hang's cost (run_s) and, unless asked
-    for, no torch.compile baseline (it measures the pipeline, not inductor)."""
+    for, no torch.compile baseline (it measures the pipeline, not inductor). `lanes`: evaluations in
+    flight per device slot, GPU and CPU alike (default: the config's)."""
+    batch = (f"[batch]\nconcurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
     path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
                     "problem_s = 300\n[timing]\n"
-                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n')
+                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + batch)
 
 
 def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:
@@ -318,16 +356,25 @@ def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:
 def analyse(run: Path, wall: float, cores: int) -> dict:
     recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     summary = json.loads((run / "summary.json").read_text())
-    device_s = sum(max(0.0, r["phases"]["total_s"] - r["phases"]["compile_s"] - r["phases"]["extract_s"])
-                   for r in recs)
+    device_s = sum(max(0.0, r["phases"]["total_s"] - r["phases"]["compile_s"] - r["phases"]["extract_s"]
+                       - (r["phases"].get("wait_s") or 0.0)) for r in recs)
+    timed_s = sum(r["phases"].get("timing_s") or 0.0 for r in recs)
     slots = max(1, len(summary["device_busy_s"]))
+    conf = json.loads((run / "config.json").read_text())["batch"]
+    on_gpu = any(k.startswith("cuda") for k in summary["device_busy_s"])
+    lanes = max(1, conf["concurrent_evaluations"] if on_gpu else conf["cpu_concurrent_evaluations"])
     compile_cpu = summary["compile_cpu_s"]
-    floor = max(compile_cpu / cores, device_s / slots)
+    # a slot runs `lanes` evaluations at once, but timing alone: it needs at least the timing phases
+    # plus the rest of the device work spread over the lanes
+    dev_floor = (timed_s + (device_s - timed_s) / lanes) / slots
+    floor = max(compile_cpu / cores, dev_floor)
     # where a device slot's time goes, per evaluated solution (records that reached the candidate)
     evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
     phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
-              for k in ("load_s", "correctness_s", "timing_s")}
-    return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "compile_cpu_s": compile_cpu, "compiles": summary["compiles"], "device_s": device_s,
+              for k in ("load_s", "correctness_s", "timing_s", "profile_s", "wait_s")}
+    return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "compile_cpu_s": compile_cpu,
+            "compiles": summary["compiles"], "device_s": device_s, "timed_s": timed_s, "lanes": lanes,
+            "dev_floor_s": dev_floor, "occupied_s": sum(summary.get("device_occupied_s", {}).values()),
             "slot_busy_s": sum(summary["device_busy_s"].values()), "slots": slots, "floor_s": floor,
             "records": len(recs), "statuses": Counter(r["status"] for r in recs), "recs": recs,
             "references": sum(summary["references_started"].values())}
@@ -342,6 +389,9 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=float, default=20.0, help="timeouts.run_s (what the hang costs)")
     ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile(Model) (config auto)")
     ap.add_argument("--out", default=None, help="work folder (default bench/out/throughput-<device>-<time>)")
+    ap.add_argument("--lanes", type=int, default=None, help="evaluations in flight per device slot (default: config)")
+    ap.add_argument("--compare-lanes", type=int, default=None,
+                    help="a third run, warm, with this many evaluations per slot (the effect of sharing a slot)")
     args = ap.parse_args()
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -350,7 +400,12 @@ def main() -> int:
     sols = [s for s in catalog(args.device) if s["small"] or not args.small]
     write_tree(work / "subs", sols)
     cfg = work / "bench.toml"
-    write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline)  # a fresh, empty build cache
+    write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline, args.lanes)  # a fresh, empty build cache
+    runs = [("cold", cfg), ("warm", cfg)]
+    if args.compare_lanes:
+        cfg2 = work / f"bench-lanes{args.compare_lanes}.toml"
+        write_config(cfg2, work / "cache", args.run_timeout, args.compile_baseline, args.compare_lanes)
+        runs.append((f"warm{args.compare_lanes}", cfg2))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     n_ext = sum(s["ext"] for s in sols)
     problems = sorted({s["problem"] for s in sols})
@@ -358,8 +413,8 @@ def main() -> int:
           f"device {args.device}, {cores} cores; work folder {work}", file=sys.stderr)
 
     results = {}
-    for name in ("cold", "warm"):
-        wall, rc = run_batch(work / "subs", work / name, cfg, args)
+    for name, conf in runs:
+        wall, rc = run_batch(work / "subs", work / name, conf, args)
         if rc != 0:
             print(f"harness batch failed (exit {rc}); see {work / (name + '.stderr.log')}", file=sys.stderr)
             return 1
@@ -394,11 +449,13 @@ def main() -> int:
 
 
 def render(results: dict) -> str:
-    head = f"{'run':<5} {'wall_s':>8} {'compile_cpu_s':>14} {'device_s':>9} {'floor_s':>8} {'wall/floor':>10} {'vs_cold':>8}"
+    head = (f"{'run':<6} {'lanes':>5} {'wall_s':>8} {'compile_cpu_s':>14} {'device_s':>9} {'timed_s':>8} {'occupied_s':>10} "
+            f"{'floor_s':>8} {'wall/floor':>10} {'vs_cold':>8}")
     lines = [head]
     cold = results["cold"]["wall_s"]
     for name, r in results.items():
-        lines.append(f"{name:<5} {r['wall_s']:>8.1f} {r['compile_cpu_s']:>14.1f} {r['device_s']:>9.1f} "
+        lines.append(f"{name:<6} {r['lanes']:>5} {r['wall_s']:>8.1f} {r['compile_cpu_s']:>14.1f} {r['device_s']:>9.1f} "
+                     f"{r['timed_s']:>8.1f} {r['occupied_s']:>10.1f} "
                      f"{r['floor_s']:>8.1f} {r['wall_s'] / r['floor_s']:>10.2f} "
                      f"{'-' if name == 'cold' else format(r['wall_s'] / cold, '.2f'):>8}")
     return "\n".join(lines)
@@ -414,10 +471,13 @@ def report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, wo
             f"{cold['slots']} device slot(s), compile workers: {args.compile_workers or 'all cores'}.\n\n"
             f"```\n{table}\n```\n\n"
             "- `compile_cpu_s`: user+system CPU seconds of the build children (compiler included); `device_s`: "
-            "the records' phases outside the build (candidate load, trials, timing, reference start), summed.\n"
-            "- `floor_s` = max(compile_cpu_s / cores, device_s / device slots); `wall/floor` near 1 means builds "
-            "and evaluations overlapped with no idle device. On the CPU, evaluations use a core of their own, "
-            "which this floor does not count.\n"
+            "the records' phases outside the build (candidate load, trials, timing, reference start, kernel "
+            "listing), summed, without waits at the slot's gate; `timed_s`: their timing phases alone, which have the device to themselves; "
+            "`occupied_s`: time the device slots had at least one evaluation in flight.\n"
+            f"- `floor_s` = max(compile_cpu_s / cores, (timed_s + (device_s - timed_s) / lanes) / device slots), "
+            f"lanes = evaluations in flight per slot ({cold['lanes']} here): untimed phases can overlap, timing "
+            "cannot. `wall/floor` near 1 means builds and evaluations overlapped with no idle device. On the CPU, "
+            "evaluations use a core of their own, which this floor does not count.\n"
             "- `vs_cold`: the warm run (same folder, new run directory, build cache filled) as a fraction of the "
             "cold run's wall time.\n"
             f"- cold run: {cold['records']} records ({statuses}); {cold['compiles']} items through the build "

@@ -1,8 +1,9 @@
 """`harness batch`: many solutions, many problems, every GPU busy.
 
 Two stages overlap. Builds run on a pool of CPU workers (each an isolated child, no GPU visible) and
-fill the content-addressed build cache; evaluations run one per device slot, each slot pulling the
-next built solution as soon as it is free, preferring the problems whose reference it already holds.
+fill the content-addressed build cache; evaluations run on device slots, each slot pulling the next
+built solution whenever it has room (`[batch] concurrent_evaluations` per GPU: untimed phases overlap,
+timing is exclusive, see sharing.py), preferring the problems whose reference it already holds.
 A failed build never reaches a GPU: its record is written as soon as the build ends.
 
 The run directory (results/RUN):
@@ -336,11 +337,26 @@ class EventLog:
 @dataclass
 class SlotState:
     slot: DeviceSlot
-    busy: Optional[Item] = None
-    since: float = 0.0
+    busy: dict[int, tuple[Item, float]] = field(default_factory=dict)  # item index -> (item, start)
     recent: list[str] = field(default_factory=list)   # problems whose reference this slot holds (LRU last)
-    busy_s: float = 0.0
+    busy_s: float = 0.0        # the evaluations' own times, summed (they overlap when concurrency > 1)
+    occupied_s: float = 0.0    # time with at least one evaluation in flight
     done: int = 0
+
+    @property
+    def free(self) -> bool:
+        return len(self.busy) < max(1, self.slot.concurrency)
+
+    def start(self, item: Item) -> None:
+        now = time.perf_counter()
+        if not self.busy:
+            self._occupied_since = now
+        self.busy[item.index] = (item, now)
+
+    def finish(self, item: Item) -> None:
+        self.busy.pop(item.index, None)
+        if not self.busy:
+            self.occupied_s += time.perf_counter() - self._occupied_since
 
 
 @dataclass
@@ -356,6 +372,7 @@ class BatchSummary:
     compile_cpu_s: float = 0.0
     compiles: int = 0
     device_s: dict[str, float] = field(default_factory=dict)
+    occupied_s: dict[str, float] = field(default_factory=dict)
     references: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
 
@@ -365,6 +382,7 @@ class BatchSummary:
                 "compiles": self.compiles, "compile_wall_s": round(self.compile_wall_s, 3),
                 "compile_cpu_s": round(self.compile_cpu_s, 3),
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
+                "device_occupied_s": {k: round(v, 3) for k, v in self.occupied_s.items()},
                 "references_started": self.references, "interrupted": self.interrupted,
                 "skipped": [s.__dict__ for s in self.skipped]}
 
@@ -415,23 +433,32 @@ class Pipeline:
         return self._first.get(key, 0)
 
     def _dispatch(self, futures: dict) -> None:
-        for st in self.slots:
-            if st.busy is not None:
-                continue
-            nxt = self._pick(st)
-            if nxt is None:
+        # fill the slots round-robin, one evaluation each per pass: work spreads over every GPU
+        # before any GPU takes a second concurrent evaluation
+        while True:
+            started = False
+            for st in self.slots:
+                if not st.free:
+                    continue
+                nxt = self._pick(st)
+                if nxt is None:
+                    return
+                self._start(st, *nxt, futures)
+                started = True
+            if not started:
                 return
-            item, co = nxt
-            k = item.pkey
-            if k in st.recent:
-                st.recent.remove(k)
-            st.recent.append(k)
-            del st.recent[:-self.max_sessions]
-            st.busy, st.since = item, time.perf_counter()
-            self.inflight[k] += 1
-            task = EvalTask(index=item.index, solution=str(item.path), problem=item.problem, label=item.label,
-                            cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s)
-            futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, st)
+
+    def _start(self, st: SlotState, item: Item, co: CompileOutcome, futures: dict) -> None:
+        k = item.pkey
+        if k in st.recent:
+            st.recent.remove(k)
+        st.recent.append(k)
+        del st.recent[:-self.max_sessions]
+        st.start(item)
+        self.inflight[k] += 1
+        task = EvalTask(index=item.index, solution=str(item.path), problem=item.problem, label=item.label,
+                        cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s)
+        futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, st)
 
     def _retire_finished(self) -> None:
         for k in list(self.pending_compile):
@@ -487,7 +514,7 @@ class Pipeline:
     def _on_evaluated(self, item: Item, st: SlotState, eo: EvalOutcome) -> None:
         k = item.pkey
         self.inflight[k] -= 1
-        st.busy = None
+        st.finish(item)
         st.busy_s += eo.busy_s
         st.done += 1
         if eo.record is not None:
@@ -540,8 +567,8 @@ class Pipeline:
                  f"ready, {self.compiling} not yet read or built"]
         now = time.perf_counter()
         for s in self.slots:
-            what = (f"{s.busy.problem.name}  {s.busy.label or '-'}/{s.busy.path.name}  ({now - s.since:.0f}s)"
-                    if s.busy else "idle")
+            what = "; ".join(f"{it.problem.name}  {it.label or '-'}/{it.path.name}  ({now - t:.0f}s)"
+                             for it, t in s.busy.values()) or "idle"
             lines.append(f"  {s.slot.name}: {what}")
         return lines
 
@@ -589,6 +616,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         raise BatchError(f"no solution matched a problem ({len(skipped)} file(s) skipped)")
 
     device, slots, gpu_info = make_slots(cfg.device, gpus)
+    for s in slots:
+        s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
+                            else cfg.batch.cpu_concurrent_evaluations)
     if device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         # one arch list for builds and evaluations alike: it is part of the build cache key, and the
         # build children see no GPU to ask
@@ -660,6 +690,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
             signal.signal(signal.SIGTERM, old_term)
         summary.wall_s = time.perf_counter() - t_start
         summary.device_s = {s.slot.name: s.busy_s for s in pipe.slots}
+        summary.occupied_s = {s.slot.name: s.occupied_s for s in pipe.slots}
         summary.references = executor.references_started()
         events.write("end", **{k: v for k, v in summary.to_json().items() if k != "skipped"})
         events.close()

@@ -60,7 +60,11 @@ class Timing(BaseModel):
     # GPU: hold the stream this long (a spin kernel, after the flush, before the start event) so that
     # the host's launch of the forward is always enqueued before the interval opens. 0: the flush
     # alone (~55 us on an H200) is the shield, and a slower first launch (cuBLAS through a module's
-    # forward) can leak into the interval. Off until measured (bench/results/fidelity-*.md, session 4)
+    # forward) leaks into the interval: 200 us took the repeat spread of a 0.34 ms matmul from 4.2%
+    # to 0.18% on an H200 (bench/results/fidelity-NVIDIA_H200.md, session 5); nvbench holds the
+    # stream with a blocking kernel for the same reason. Still off by default: with it, the
+    # launch-bound GPU test (24 tiny kernels, ~0.3 ms of launching) read 1.31x for an identical
+    # solution, which is not yet explained.
     launch_hold_us: float = 0.0
     cpu_min_calls: int = 5
     cpu_threads: int = 1
@@ -94,6 +98,11 @@ class Batch(BaseModel):
     # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
     # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
     standby_workers: int = 2
+    # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
+    # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
+    concurrent_evaluations: int = 4
+    # the same on the CPU slot: 1, since there every phase competes with timing for the same cores
+    cpu_concurrent_evaluations: int = 1
 
 
 class Config(BaseModel):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import random
 import secrets
+import statistics
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -29,6 +30,7 @@ from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerT
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
+from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
 from .timing import clock_checks, gpu_summary, measure, ratio_ci, summarize
@@ -104,12 +106,20 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
              problem_roots=None, label: Optional[str] = None,
              reference: Optional[ReferenceSession] = None,
              compiled: Optional[tuple[Optional[CompileReply], Optional[str], str]] = None,
-             env_extra: Optional[dict[str, str]] = None, standby: Optional[Standby] = None) -> EvalResult:
+             env_extra: Optional[dict[str, str]] = None, standby: Optional[Standby] = None,
+             gate: Optional[DeviceGate] = None) -> EvalResult:
     """`compiled`: the (reply, failure, log) triple of a build already made (a batch compiles ahead,
     on CPU workers), used instead of calling compile_solution. `env_extra`: environment overrides for
     every child of this evaluation (a batch pins each GPU's children with CUDA_VISIBLE_DEVICES).
-    `standby`: where the candidate's process comes from, already started (a batch's device slot)."""
+    `standby`: where the candidate's process comes from, already started (a batch's device slot).
+    `gate`: the device slot's gate when several evaluations share it (sharing.py): untimed phases
+    run beside other evaluations' phases, timing has the device to itself."""
     cfg = config or load_config()
+    gate = gate or SoloGate()
+    waited0 = gate.waited
+
+    def clock() -> float:  # phase times leave out waits at the gate (a neighbour being timed)
+        return time.perf_counter() - gate.waited
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
         from .worker import set_dumpable
@@ -164,21 +174,25 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(status, creply.error, log=log)
 
         # 3. candidate first, in a fresh process
-        t0 = time.perf_counter()
+        t0 = clock()
         setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
 
         def start_candidate() -> Worker:
-            w = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
-            _wait_load(w, cfg.timeouts.load_s)
-            _ask(w, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
-            return w
+            nonlocal cand
+            with gate.shared():
+                cand = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
+                gate.register(cand)
+                _wait_load(cand, cfg.timeouts.load_s)
+                _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
+            return cand
 
-        cand = start_candidate()
-        phases.load_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
-                        cfg.timeouts.run_s, "correctness trials")
-        phases.trials_s = time.perf_counter() - t0
+        start_candidate()
+        phases.load_s = clock() - t0
+        t0 = clock()
+        with gate.shared():
+            reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
+                            cfg.timeouts.run_s, "correctness trials")
+        phases.trials_s = clock() - t0
         if len(reply.blobs) != len(ref.plan.seeds):
             raise Failure(Status.runtime_error, "the candidate returned the wrong number of trial outputs",
                           ["malformed_report"])
@@ -193,24 +207,26 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             res.flags.append("no_custom_kernel")
 
         # 4. the reference, in its own process, after the candidate
-        t1 = time.perf_counter()
-        ref.start()
+        t1 = clock()
+        with gate.shared():
+            ref.start()
         res.env = ref.env
-        phases.reference_s = time.perf_counter() - t1
+        phases.reference_s = clock() - t1
 
-        # 5. judge every trial here, in the parent
+        # 5. judge every trial here, in the parent (shared: a timed neighbour must not share the host)
         all_ok = True
-        for i, (c, r) in enumerate(zip(cand_trials, ref.trials)):
-            v = judge_trial(i, ref.plan.shape_names[i], c, r, tol)
-            res.trials.append(v.check)
-            for f in v.flags:
-                if f not in res.flags:
-                    res.flags.append(f)
-            if v.rejected:
-                raise Failure(Status.rejected, v.check.reason)
-            all_ok &= v.check.ok
+        with gate.shared():
+            for i, (c, r) in enumerate(zip(cand_trials, ref.trials)):
+                v = judge_trial(i, ref.plan.shape_names[i], c, r, tol)
+                res.trials.append(v.check)
+                for f in v.flags:
+                    if f not in res.flags:
+                        res.flags.append(f)
+                if v.rejected:
+                    raise Failure(Status.rejected, v.check.reason)
+                all_ok &= v.check.ok
         _worst_errors(res)
-        phases.correctness_s = time.perf_counter() - t0
+        phases.correctness_s = clock() - t0
         phases.judge_s = phases.correctness_s - phases.trials_s - phases.reference_s
         if not all_ok:
             first = next(t for t in res.trials if not t.ok)
@@ -218,17 +234,18 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         del cand_trials
 
         # 6. timing: alternating rounds on the same device, outputs re-checked, clocks cross-checked
-        if standby is not None and device == "cpu":
-            # timed CPU rounds would share cores and memory bandwidth with the next candidate's start-up
-            # (begun in step 3); on a GPU it goes on, off the device's critical path, as builds do
-            standby.settle(cfg.timeouts.load_s)
-        t0 = time.perf_counter()
+        t0 = clock()
         gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's
         tcfg = cfg
 
         def timed():
-            return measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
-                           timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+            with gate.exclusive():  # nothing else on this device or beside it while either side is timed
+                if standby is not None and device == "cpu":
+                    # timed CPU rounds would share cores and memory bandwidth with the next candidate's
+                    # start-up (begun in step 3); on a GPU it goes on, off the device's critical path
+                    standby.settle(cfg.timeouts.load_s)
+                return measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
+                               timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
 
         try:
             m = timed()
@@ -237,7 +254,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 # half in capture mode in that process: RNG offsets, allocator pool, current stream.
                 # Both sides are timed eagerly instead, the candidate in a fresh process.
                 cand.kill()
-                cand = start_candidate()
+                start_candidate()
                 tcfg = cfg.model_copy(deep=True)
                 tcfg.timing.cuda_graph = False
                 m = timed()
@@ -250,7 +267,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                           log=cand.log_tail()) from None
         except WorkerProtocolError as e:
             raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
-        phases.timing_s = time.perf_counter() - t0
+        phases.timing_s = clock() - t0
         if m.error:
             raise Failure(Status.runtime_error, f"while timing: {m.error}", log=cand.log_tail())
         if "malformed_report" in m.flags:
@@ -265,6 +282,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
             "host_contended_rounds": m.contended_rounds,
+            # per call on the host (flush, hold, forward, synchronize): beside the device times, it
+            # shows how far a forward's launching runs past the hold
+            "cand_host_ms_median": round(statistics.median(m.cand_host), 4) if m.cand_host else None,
+            "ref_host_ms_median": round(statistics.median(m.ref_host), 4) if m.ref_host else None,
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
             **gpu_summary(m),
         }
@@ -296,17 +317,22 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(cheats), cheats)
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
-            _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg)
+            with gate.shared():
+                _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
         res.speedup_ci = ratio_ci(m.ref, m.cand, seed=ref.rng.getrandbits(32))
         res.status = Status.passed
         if res.speedup and res.speedup > cfg.hardening.max_speedup:
-            _recheck_excessive(res, cand, ref, tol, cfg)
+            with gate.shared():
+                _recheck_excessive(res, cand, ref, tol, cfg)
     except Failure as f:
         return _finish(res, phases, t_start, f)
     finally:
         if cand is not None:
-            cand.close()
+            gate.unregister()
+            with gate.shared():  # its exit frees device memory: not beside a neighbour's timing
+                cand.close()
+        phases.wait_s = gate.waited - waited0
         if own_ref:
             ref.close()
     return _finish(res, phases, t_start, None)
@@ -320,7 +346,8 @@ def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol
     seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]
     reply, _ = _ask(cand, Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.run_s,
                     "re-check of an excessive speedup")
-    ref_reply, _ = ref.worker.request(Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.problem_s)
+    with ref.lock:  # the session may serve other evaluations' phases at the same time
+        ref_reply, _ = ref.worker.request(Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.problem_s)
     for i, (cb, rb) in enumerate(zip(reply.blobs, ref_reply.blobs)):
         v = judge_trial(i, ref.plan.shape_names[i], load_trial(cb), load_trial(rb), tol)
         if not v.check.ok:

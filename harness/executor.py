@@ -7,13 +7,14 @@ kinds of task and hands back futures:
   (no GPU visible). Anything that needs no device finishes here with its record: no code, rejected
   by the static checks, a failed build.
 - `submit_eval(task, slot)`: evaluate one built solution on one device slot (a GPU, or the CPU). A
-  slot runs one evaluation at a time and keeps the reference sessions of the problems it works on
+  slot runs up to `slot.concurrency` evaluations at once, their timing one at a time with the device
+  to itself (sharing.DeviceGate), and keeps the reference sessions of the problems it works on
   (outputs and process computed once, reused by every solution of that problem on that slot), and
-  a standby candidate process (started while the previous solution runs).
+  standby candidate processes (started while earlier solutions run).
 - `retire(problem)`: no more evaluations of this problem: slots close its reference sessions.
 
 `LocalExecutor` runs compiles on a thread pool (each compile is a child process already) and gives
-each slot a single thread. A distributed backend (Ray: compile tasks as remote functions, one actor per
+each slot one thread per evaluation it may run at once. A distributed backend (Ray: compile tasks as remote functions, one actor per
 GPU running `SlotRuntime`) fits behind the same four methods; the tasks and outcomes are plain,
 picklable data and the work functions below carry no state but the slot's sessions.
 """
@@ -23,7 +24,7 @@ import os
 import threading
 import time
 import traceback
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,14 @@ from .config import Config
 from .isolation import Standby
 from .problems import Problem
 from .records import CompileReply, EvalResult, Status
+from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
 SESSIONS_PER_SLOT = 2  # live reference sessions per device slot: bounds host and device memory
+# failures that a neighbour on a shared device can cause (its memory use, its load): re-run alone
+# (they fail fast; a timeout is not re-run: it would stall the slot for another timeouts.run_s, and a
+# neighbour cannot slow a forward by the ~100x a timeout takes)
+RERUN_ALONE = (Status.runtime_error, Status.interface_error)
 
 
 @dataclass
@@ -46,6 +52,7 @@ class DeviceSlot:
     name: str                      # "cuda:0", "cpu"
     device: str                    # "cuda" | "cpu"
     env: dict[str, str] = field(default_factory=dict)
+    concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
 
 
 @dataclass
@@ -238,32 +245,76 @@ def _charge_compile(rec: EvalResult, seconds: float) -> None:
 
 class SlotRuntime:
     """One device slot's state: its environment, up to `max_sessions` live reference sessions
-    (least recently used closed first) and its standby candidate. Used from one thread at a time."""
+    (least recently used closed first, never one in use) and its standby candidates. Up to
+    `concurrency` evaluations run on it at once, each on its own thread, through its `DeviceGate`
+    (sharing.py): their untimed phases overlap, their timing does not."""
 
-    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = SESSIONS_PER_SLOT):
+    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = SESSIONS_PER_SLOT,
+                 concurrency: int = 1):
         self.slot, self.size, self.dtype = slot, size, dtype
         self.max_sessions = max(1, max_sessions)
-        self.sessions: OrderedDict[str, object] = OrderedDict()
+        self.concurrency = max(1, concurrency)
+        self.gate: DeviceGate = DeviceGate() if self.concurrency > 1 else SoloGate()
+        self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key
+        self._users: Counter = Counter()    # id(session) -> evaluations holding it
+        self._doomed: dict[int, object] = {}  # out of `sessions`, closed when the last holder is done
         self.references_started = 0
+        self.reruns = 0
         self.standby: Optional[Standby] = None
+        self._lock = threading.Lock()
 
     def _session(self, problem: Problem, cfg: Config):
         from .reference import ReferenceSession
         key = problem_key(problem)
-        if key in self.sessions:
-            self.sessions.move_to_end(key)
-            return self.sessions[key]
-        while len(self.sessions) >= self.max_sessions:
-            _, old = self.sessions.popitem(last=False)
-            old.close()
-        s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype, env_extra=dict(self.slot.env))
-        self.sessions[key] = s
+        with self._lock:
+            s = self.sessions.get(key)
+            if s is not None:
+                self.sessions.move_to_end(key)
+            else:
+                idle = [k for k, v in self.sessions.items() if not self._users[id(v)]]
+                while idle and len(self.sessions) >= self.max_sessions:
+                    old = self.sessions.pop(idle.pop(0))
+                    self._doomed[id(old)] = old
+                s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype,
+                                     env_extra=dict(self.slot.env))
+                self.sessions[key] = s
+            self._users[id(s)] += 1
+        self._close_doomed()
         return s
 
+    def _release(self, key: str, session, drop: bool) -> None:
+        """An evaluation is done with `session`; `drop`: it is not to be reused (closed once no
+        other evaluation holds it)."""
+        with self._lock:
+            self._users[id(session)] -= 1
+            if drop and self.sessions.get(key) is session:
+                self._doomed[id(self.sessions.pop(key))] = session
+        self._close_doomed()
+
     def drop(self, key: str) -> None:
-        s = self.sessions.pop(key, None)
-        if s is not None:
+        with self._lock:
+            s = self.sessions.pop(key, None)
+            if s is not None:
+                self._doomed[id(s)] = s
+        self._close_doomed()
+
+    def _close_doomed(self) -> None:
+        with self._lock:
+            idle = [i for i in self._doomed if not self._users[i]]
+            done = [self._doomed.pop(i) for i in idle]
+            for i in idle:
+                self._users.pop(i, None)
+        for s in done:
             s.close()
+
+    def _standby(self, cfg: Config) -> Optional[Standby]:
+        with self._lock:
+            if cfg.batch.standby_workers and self.standby is None:
+                depth = cfg.batch.standby_workers if self.slot.device == "cuda" else 1
+                # evaluations that overlap each take one: keep one more started per evaluation
+                self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)),
+                                       depth + self.concurrency - 1)
+            return self.standby
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:
         from .evaluation import evaluate
@@ -274,31 +325,46 @@ class SlotRuntime:
         key = problem_key(task.problem)
         session = self._session(task.problem, task.cfg)
         had_outputs = session.trials is not None
-        if task.cfg.batch.standby_workers and self.standby is None:
-            depth = task.cfg.batch.standby_workers if self.slot.device == "cuda" else 1
-            self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)), depth)
-        try:
+        standby = self._standby(task.cfg)
+        drop = False
+
+        def run():
             rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
-                           compiled=task.compiled, env_extra=dict(self.slot.env), standby=self.standby)
+                           compiled=task.compiled, env_extra=dict(self.slot.env), standby=standby, gate=self.gate)
             if task.compiled is not None:
                 _charge_compile(rec, task.compile_s)
             else:  # built here, after a first try without the GPU
                 rec.phases.compile_s += task.compile_s
                 rec.phases.total_s += task.compile_s
+            return rec
+
+        try:
+            self.gate.reset_seen()
+            rec = run()
+            if rec.status in RERUN_ALONE and self.gate.shared_seen:
+                # it failed while other evaluations shared the device: their memory or their load may
+                # be the cause (out of memory, a timeout). The verdict comes from a run on its own.
+                with self.gate.alone():
+                    first = rec.status.value
+                    rec = run()
+                self.reruns += 1
+                rec.flags.append("rerun_alone")
+                rec.timing_method.setdefault("first_try_while_shared", first)
             out.record = rec
             # a reference that died, or that may have a reply still in flight (a timeout mid-round),
             # is not reused: the next solution of this problem gets a fresh one
-            if session.worker is None or session.worker.returncode is not None or rec.status == Status.timeout:
-                self.drop(key)
+            drop = (session.worker is not None and session.worker.returncode is not None) or rec.status == Status.timeout
         except ReferenceError as e:
-            out.error, out.problem_failed = str(e), True
-            self.drop(key)
+            out.error, out.problem_failed, drop = str(e), True, True
         except Exception as e:  # noqa: BLE001 - a harness bug must not stop the batch
             out.error = f"internal error while evaluating: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
-            self.drop(key)
+            drop = True
+        finally:
+            self._release(key, session, drop)
         out.reference_started = not had_outputs and session.trials is not None
         if out.reference_started:
-            self.references_started += 1
+            with self._lock:
+                self.references_started += 1
         out.busy_s = time.perf_counter() - t0
         return out
 
@@ -324,8 +390,9 @@ class LocalExecutor:
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
         # solutions with nothing to build never wait behind a build: their devices stay fed meanwhile
         self._light_pool = ThreadPoolExecutor(1, thread_name_prefix="read")
-        self._slot_pools = {s.name: ThreadPoolExecutor(1, thread_name_prefix=f"slot-{s.name}") for s in slots}
-        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions) for s in slots}
+        self._slot_pools = {s.name: ThreadPoolExecutor(max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
+                            for s in slots}
+        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency) for s in slots}
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
         return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task)

@@ -273,13 +273,14 @@ def _early(env: dict[str, str]) -> dict[str, str]:
 class Standby:
     """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
     each needs seconds to start (interpreter, torch import), and once evaluations take only a few
-    seconds themselves one replacement started per evaluation is not ready in time. Not thread-safe:
-    one slot thread uses one Standby."""
+    seconds themselves one replacement started per evaluation is not ready in time. Thread-safe: the
+    evaluations sharing a device slot take from one Standby."""
 
     def __init__(self, env: dict[str, str], depth: int = 1):
         self.env = _early(env)
         self.depth = max(1, depth)
         self.pool: deque[Worker] = deque(Worker(None, env=self.env) for _ in range(self.depth))
+        self._lock = threading.Lock()
 
     @property
     def idle(self) -> Optional[Worker]:
@@ -291,7 +292,10 @@ class Standby:
         when `env` matches (a fresh one if it died meanwhile), its replacement started at once."""
         if setup.get("role") != "candidate" or _early(env) != self.env:
             return Worker(setup, env=env)
-        idle = self.pool.popleft() if self.pool else None
+        with self._lock:
+            idle = self.pool.popleft() if self.pool else None
+            while len(self.pool) < self.depth - 1:
+                self.pool.append(Worker(None, env=self.env))
         if idle is not None and idle.ready(timeout) and idle.returncode is None:
             idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
@@ -299,15 +303,20 @@ class Standby:
             if idle is not None:
                 idle.close(grace=0)
             cand = Worker(setup, env=env)
-        while len(self.pool) < self.depth:
-            self.pool.append(Worker(None, env=self.env))
+        with self._lock:
+            while len(self.pool) < self.depth:
+                self.pool.append(Worker(None, env=self.env))
         return cand
 
     def settle(self, timeout: float) -> None:
         """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""
-        for w in self.pool:
+        with self._lock:
+            pool = list(self.pool)
+        for w in pool:
             w.ready(timeout)
 
     def close(self) -> None:
-        while self.pool:
-            self.pool.popleft().close(grace=0)
+        with self._lock:
+            pool, self.pool = list(self.pool), deque()
+        for w in pool:
+            w.close(grace=0)

@@ -79,6 +79,9 @@ class PhaseTimes(BaseModel):
     reference_s: float = 0.0
     judge_s: float = 0.0
     profile_s: Optional[float] = None
+    # time spent waiting at the device slot's gate (evaluations sharing a GPU: another one being
+    # timed); in total_s, in none of the phases above
+    wait_s: float = 0.0
 
 
 class EvalResult(BaseModel):

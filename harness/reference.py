@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -75,6 +76,9 @@ class ReferenceSession:
     worker: Optional[Worker] = None
     seconds: float = 0.0
     env_extra: Optional[dict[str, str]] = None  # per-call environment overrides (a batch's GPU pinning)
+    # evaluations sharing a device slot share its sessions: one request to the worker at a time
+    # (timing needs none: it has the slot to itself)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         meta = read_meta(self.problem)
@@ -95,6 +99,10 @@ class ReferenceSession:
 
     def start(self) -> None:
         """Spawn the reference, build Model, compute the trial outputs once."""
+        with self.lock:
+            self._start()
+
+    def _start(self) -> None:
         import time
         if self.worker is not None:
             return

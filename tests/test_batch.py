@@ -37,7 +37,9 @@ def write(path: Path, text: str) -> Path:
 
 def cli_config(tmp: Path) -> Path:
     return write(tmp / "batch.toml", f'cache_dir = "{CACHE}"\n[timing]\nbudget_s = 0.3\nmax_calls = 20\n'
-                                     "round_calls = 5\nmin_rounds = 3\n[correctness]\ntrials = 2\n")
+                                     "round_calls = 5\nmin_rounds = 3\n[correctness]\ntrials = 2\n"
+                                     # two evaluations at once on the CPU slot: the shared-slot path, end to end
+                                     "[batch]\ncpu_concurrent_evaluations = 2\n")
 
 
 def batch(*args, cfg: Path, timeout=600, **kw):

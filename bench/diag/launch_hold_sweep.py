@@ -1,0 +1,21 @@
+"""The launch-bound fixture (24 tiny kernels, one the solution's own) against its reference at several
+timing.launch_hold_us values: is a hold shorter than the host's enqueue of the forward what moves the
+speedup (a partial leak of launch latency on one side)? Session 5, after the GPU test
+test_an_identical_launch_bound_solution_times_like_its_reference read 1.31x with a 200 us hold."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from harness.config import load_config  # noqa: E402
+from harness.evaluation import evaluate  # noqa: E402
+
+holds = [float(h) for h in (sys.argv[1:] or ["0", "200", "1000"])]
+print(f"{'hold_us':>8} {'status':>8} {'speedup':>8} {'cand_ms':>9} {'ref_ms':>9} {'cand_host_ms':>12} {'ref_host_ms':>11}")
+for h in holds:
+    cfg = load_config(None, {"device": "cuda", "timing.compile_baseline": "off", "timing.launch_hold_us": h,
+                             "cache_dir": str(ROOT / ".cache" / "test-harness")})
+    r = evaluate(ROOT / "tests/fixtures/gpu/honest_launch_bound_ext.py", ROOT / "tests/problems/launch_chain.py", cfg)
+    tm = r.timing_method
+    print(f"{h:>8.0f} {r.status.value:>8} {r.speedup or 0:>8.3f} {r.runtime_ms or 0:>9.4f} {r.ref_runtime_ms or 0:>9.4f} "
+          f"{tm.get('cand_host_ms_median', '-')!s:>12} {tm.get('ref_host_ms_median', '-')!s:>11}", flush=True)

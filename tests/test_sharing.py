@@ -1,0 +1,220 @@
+"""Several evaluations on one device slot (sharing.DeviceGate): untimed phases overlap, timing never
+overlaps anything, the other candidates are stopped while one is timed, and a failure seen while
+sharing is re-run alone before it becomes a verdict. CPU only."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import TESTS, make_config, read_expectation
+from harness.sharing import DeviceGate
+
+
+class FakeWorker:
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def pause(self):
+        self.calls.append("pause")
+
+    def resume(self):
+        self.calls.append("resume")
+
+
+def _overlaps(a, b) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def test_timing_waits_for_shared_phases_and_new_ones_wait_behind_it():
+    gate = DeviceGate(record=True)
+    order: list[str] = []
+
+    def reader(name, delay, hold):
+        time.sleep(delay)
+        with gate.shared():
+            order.append(f"{name}+")
+            time.sleep(hold)
+            order.append(f"{name}-")
+
+    def writer():
+        time.sleep(0.1)
+        with gate.exclusive():
+            order.append("T+")
+            time.sleep(0.2)
+            order.append("T-")
+
+    ts = [threading.Thread(target=reader, args=("A", 0, 0.4)), threading.Thread(target=writer),
+          threading.Thread(target=reader, args=("B", 0.2, 0.05))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    # the timer waited for A; B, which came while the timer waited, came after it
+    assert order == ["A+", "A-", "T+", "T-", "B+", "B-"], order
+    ex = [e for e in gate.log if e[0] == "exclusive"]
+    assert len(ex) == 1 and not any(_overlaps(ex[0], e) for e in gate.log if e is not ex[0])
+
+
+def test_timing_stops_the_other_evaluations_candidates_and_not_its_own():
+    gate = DeviceGate()
+    mine, other = FakeWorker(), FakeWorker()
+    registered = threading.Barrier(2)
+    done = threading.Event()
+
+    def neighbour():
+        gate.register(other)
+        registered.wait()
+        done.wait(5)
+        gate.unregister()
+
+    t = threading.Thread(target=neighbour)
+    t.start()
+    gate.register(mine)
+    registered.wait()
+    with gate.exclusive():
+        assert other.calls == ["pause"] and mine.calls == []
+    assert other.calls == ["pause", "resume"]
+    done.set()
+    t.join()
+    gate.unregister()
+    with gate.exclusive():  # nobody else registered: nothing to stop
+        pass
+    assert other.calls == ["pause", "resume"] and mine.calls == []
+
+
+def test_shared_seen_only_when_a_neighbour_overlapped():
+    gate = DeviceGate()
+    seen = {}
+    both = threading.Barrier(2)
+
+    def phase(name, wait_for_other):
+        gate.reset_seen()
+        if wait_for_other:
+            both.wait()
+        with gate.shared():
+            if wait_for_other:
+                both.wait()
+            time.sleep(0.05)
+        seen[name] = gate.shared_seen
+
+    with ThreadPoolExecutor(2) as ex:
+        list(ex.map(phase, ["a", "b"], [True, True]))
+    assert seen == {"a": True, "b": True}
+    phase("alone", False)
+    assert seen["alone"] is False
+    with gate.alone():  # inside alone(), this thread's own phases neither wait nor count as shared
+        with gate.shared():
+            with gate.exclusive():
+                pass
+    assert [k for k, *_ in gate.log or []] == []  # not recording: no log kept
+
+
+def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
+    """SlotRuntime: a runtime_error seen while another evaluation shared the device is evaluated
+    again with the device to itself; that second verdict is the record, flagged rerun_alone. The
+    same failure with no neighbour is final at once."""
+    import harness.evaluation as ev
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.records import EvalResult, Status
+
+    calls: list[tuple[str, bool]] = []
+    both = threading.Barrier(2, timeout=10)
+
+    def fake_evaluate(solution, problem, cfg, *, gate, **kw):
+        alone = gate._mine()
+        calls.append((solution, alone))
+        with gate.shared():
+            if not alone and solution != "solo":
+                both.wait()  # the two first tries overlap for sure
+            time.sleep(0.05)
+        with gate.exclusive():
+            pass
+        status = Status.runtime_error if solution in ("flaky", "solo") and not alone else Status.passed
+        return EvalResult(problem=problem.name, solution=solution, status=status)
+
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=2), "small", None, 2, 2)
+    rt.gate = DeviceGate(record=True)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(rt.evaluate, [EvalTask(0, "flaky", prob, None, cfg, None),
+                                               EvalTask(1, "steady", prob, None, cfg, None)]))
+        solo = rt.evaluate(EvalTask(2, "solo", prob, None, cfg, None))
+    finally:
+        rt.close()
+    flaky, steady = (o.record for o in outs)
+    assert flaky.status == Status.passed and "rerun_alone" in flaky.flags
+    assert flaky.timing_method["first_try_while_shared"] == "runtime_error"
+    assert steady.status == Status.passed and "rerun_alone" not in steady.flags
+    assert solo.record.status == Status.runtime_error and "rerun_alone" not in solo.record.flags
+    assert ("flaky", True) in calls and ("solo", True) not in calls and rt.reruns == 1
+    alone = [e for e in rt.gate.log if e[0] == "alone"]
+    assert len(alone) == 1 and not any(_overlaps(alone[0], e) for e in rt.gate.log if e is not alone[0])
+
+
+def test_real_evaluations_share_a_slot_and_timing_overlaps_nothing():
+    """Real processes: four fixtures on one CPU slot with three evaluations at once. Every verdict
+    is the one it gets alone, some untimed phases ran side by side, and no timing phase overlapped
+    any other phase."""
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    names = ["honest_linear_torch.py", "zeros_tiny_softmax.py", "raise_in_forward.py", "wrong_cpp.py"]
+    exps = [read_expectation(TESTS / "fixtures" / "cpu" / n) for n in names]
+    cfg = make_config(device="cpu")
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=3), "small", None, 2, 3)
+    rt.gate = DeviceGate(record=True)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            outs = list(pool.map(rt.evaluate, [EvalTask(i, str(e.path), find_problem(e.problem), None, cfg, None)
+                                               for i, e in enumerate(exps)]))
+    finally:
+        rt.close()
+    for e, o in zip(exps, outs):
+        assert o.record is not None, o.error
+        assert o.record.status == e.status, (e.path.name, o.record.status, o.record.error)
+    timed = [e for e in rt.gate.log if e[0] != "shared"]
+    assert timed, "nothing was timed"
+    for t in timed:
+        assert not any(_overlaps(t, e) for e in rt.gate.log if e is not t), t
+    assert rt.gate.peak_shared >= 2
+
+
+def test_sessions_in_use_are_never_evicted(monkeypatch):
+    """SlotRuntime keeps at most max_sessions reference sessions, closing the least recently used
+    idle one, and never one another evaluation still holds."""
+    import harness.evaluation as ev
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.records import EvalResult, Status
+    from harness.reference import ReferenceSession
+
+    closed: list[str] = []
+    monkeypatch.setattr(ReferenceSession, "close", lambda self: closed.append(self.problem.name))
+    release = threading.Event()
+    holding = threading.Event()
+
+    def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
+        if solution == "hold":
+            holding.set()
+            release.wait(10)
+        return EvalResult(problem=problem.name, solution=solution, status=Status.passed)
+
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    probs = [find_problem(TESTS / "problems" / f"{n}.py") for n in ("relu_add", "softmax_wide", "linear_relu")]
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {}, concurrency=2), "small", None, 2, 2)
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(rt.evaluate, EvalTask(0, "hold", probs[0], None, cfg, None))
+        assert holding.wait(10)
+        for i, p in enumerate([probs[1], probs[2], probs[1], probs[2]], 1):  # each evicts the other idle one
+            assert rt.evaluate(EvalTask(i, "quick", p, None, cfg, None)).record.status == Status.passed
+            assert len(rt.sessions) <= 2 and probs[0].name not in closed
+        release.set()
+        assert held.result().record.status == Status.passed
+    assert closed.count("softmax_wide") >= 1 and closed.count("linear_relu") >= 1
+    rt.close()
+    assert probs[0].name in closed
