@@ -215,22 +215,28 @@ def relu_add_ext(device: str, name: str, op: str = "+", relu: str = "v > 0.f ? v
                         f"class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return ext.{fn}(a, b)\n")
 
 
+def _variant(src_cpu: str, src_cuda: str, base: str, name: str, threads: int, wrong: Optional[tuple] = None):
+    """One more sample of a kernel: renamed from `base`, another block size, and made wrong by
+    `wrong` = (cuda line, its replacement, C++ line, its replacement)."""
+    cuda = src_cuda.replace(base, name).replace("const int threads = 256", f"const int threads = {threads}")
+    cpu = src_cpu.replace(base, name) + f"// variant {threads}\n"
+    if wrong:
+        cuda, cpu = cuda.replace(wrong[0], wrong[1]), cpu.replace(wrong[2], wrong[3])
+    return cpu, cuda
+
+
 def softmax_ext(device: str, name: str, threads: int = 256, normalize: bool = True) -> str:
-    cuda = CUDA_SOFTMAX.replace("bt_softmax", name).replace("const int threads = 256", f"const int threads = {threads}")
-    cpu = CPP_SOFTMAX.replace("bt_softmax", name) + f"// variant {threads}\n"
-    if not normalize:  # the exponentials without the division: wrong
-        cuda = cuda.replace("const float inv = 1.f / sh[0];", "const float inv = 1.f;")
-        cpu = cpu.replace("const float inv = (float)(1.0 / s);", "const float inv = 1.0f;")
+    cpu, cuda = _variant(CPP_SOFTMAX, CUDA_SOFTMAX, "bt_softmax", name, threads,
+                         None if normalize else ("const float inv = 1.f / sh[0];", "const float inv = 1.f;",
+                                                 "const float inv = (float)(1.0 / s);", "const float inv = 1.0f;"))
     return ext_solution(device, name, f"{name}_rows", cpu, cuda, f"torch::Tensor {name}_rows(torch::Tensor x);",
                         f"class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.{name}_rows(x)\n")
 
 
 def bias_relu_ext(device: str, name: str, threads: int = 256, relu: bool = True) -> str:
-    cuda = CUDA_BIAS_RELU.replace("bt_bias_relu", name).replace("const int threads = 256", f"const int threads = {threads}")
-    cpu = CPP_BIAS_RELU.replace("bt_bias_relu", name) + f"// variant {threads}\n"
-    if not relu:  # the bias without the relu: wrong
-        cuda = cuda.replace("y[i] = v > 0.f ? v : 0.f;", "y[i] = v;")
-        cpu = cpu.replace("py[i] = v > 0.f ? v : 0.f;", "py[i] = v;")
+    cpu, cuda = _variant(CPP_BIAS_RELU, CUDA_BIAS_RELU, "bt_bias_relu", name, threads,
+                         None if relu else ("y[i] = v > 0.f ? v : 0.f;", "y[i] = v;",
+                                            "py[i] = v > 0.f ? v : 0.f;", "py[i] = v;"))
     return ext_solution(device, name, name, cpu, cuda, f"torch::Tensor {name}(torch::Tensor y, torch::Tensor b);",
                         "class ModelNew(nn.Module):\n    def __init__(self, in_features, out_features):\n"
                         "        super().__init__()\n        self.linear = nn.Linear(in_features, out_features)\n\n"
@@ -280,11 +286,7 @@ def catalog(device: str) -> list[dict]:
                                                 "torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True)"),
                                      ("modelA", "torch.log_softmax(x, dim=1).exp()")]):
         add(lab, "softmax_wide", f"torch_{i}.py", "passed", torch_solution(body, "x"), small=i == 0)
-    add("modelB", "softmax_wide", "ext_rows.py", "passed",
-        ext_solution(device, "bt_softmax_rows", "bt_softmax_rows", CPP_SOFTMAX, CUDA_SOFTMAX,
-                     "torch::Tensor bt_softmax_rows(torch::Tensor x);",
-                     "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.bt_softmax_rows(x)\n"),
-        ext=True)
+    add("modelB", "softmax_wide", "ext_rows.py", "passed", softmax_ext(device, "bt_softmax"), ext=True)
     add("modelA", "softmax_wide", "ext_t128.py", "passed", softmax_ext(device, "bt_sm128", 128), ext=True)
     add("modelC", "softmax_wide", "ext_t512.py", "passed", softmax_ext(device, "bt_sm512", 512), ext=True)
     add("modelB", "softmax_wide", "ext_unnormalized.py", "incorrect",
@@ -302,14 +304,7 @@ def catalog(device: str) -> list[dict]:
                                      ("modelC", "torch.clamp_min(x @ self.linear.weight.t() + self.linear.bias, 0)"),
                                      ("modelA", "torch.relu(self.linear(x))")]):
         add(lab, "linear_relu", f"torch_{i}.py", "passed", torch_solution(body, "x", lin), small=i == 0)
-    add("modelB", "linear_relu", "ext_epilogue.py", "passed",
-        ext_solution(device, "bt_bias_relu", "bt_bias_relu", CPP_BIAS_RELU, CUDA_BIAS_RELU,
-                     "torch::Tensor bt_bias_relu(torch::Tensor y, torch::Tensor b);",
-                     "class ModelNew(nn.Module):\n    def __init__(self, in_features, out_features):\n"
-                     "        super().__init__()\n        self.linear = nn.Linear(in_features, out_features)\n\n"
-                     "    def forward(self, x):\n"
-                     "        return ext.bt_bias_relu(torch.matmul(x, self.linear.weight.t()), self.linear.bias)\n"),
-        ext=True)
+    add("modelB", "linear_relu", "ext_epilogue.py", "passed", bias_relu_ext(device, "bt_bias_relu"), ext=True)
     add("modelA", "linear_relu", "ext_t128.py", "passed", bias_relu_ext(device, "bt_bias_relu_t128", 128), ext=True)
     add("modelC", "linear_relu", "ext_t512.py", "passed", bias_relu_ext(device, "bt_bias_relu_t512", 512), ext=True)
     add("modelB", "linear_relu", "ext_norelu.py", "incorrect", bias_relu_ext(device, "bt_bias_norelu", relu=False),

@@ -238,12 +238,17 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's
         tcfg = cfg
 
+        settled = 0.0  # waiting for standbys to finish starting: not timing
+
         def timed():
+            nonlocal settled
             with gate.exclusive():  # nothing else on this device or beside it while either side is timed
                 if standby is not None and device == "cpu":
                     # timed CPU rounds would share cores and memory bandwidth with the next candidate's
                     # start-up (begun in step 3); on a GPU it goes on, off the device's critical path
+                    s0 = time.perf_counter()
                     standby.settle(cfg.timeouts.load_s)
+                    settled += time.perf_counter() - s0
                 return measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
                                timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
 
@@ -267,7 +272,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                           log=cand.log_tail()) from None
         except WorkerProtocolError as e:
             raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
-        phases.timing_s = clock() - t0
+        phases.timing_s = clock() - t0 - settled
         if m.error:
             raise Failure(Status.runtime_error, f"while timing: {m.error}", log=cand.log_tail())
         if "malformed_report" in m.flags:
