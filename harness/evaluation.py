@@ -309,10 +309,13 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if m.mismatched_calls:
             raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
-        cheats = clock_checks(m, cfg, device == "cuda")
+        first, second = {}, {}  # what the checks compared: kept in the record of a flagged run
+        cheats = clock_checks(m, cfg, device == "cuda", first)
         if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
+            res.timing_method["clock_check"] = first
             m2 = timed()
-            cheats = [f for f in clock_checks(m2, cfg, device == "cuda") if f in cheats] if not m2.error else cheats
+            cheats = [f for f in clock_checks(m2, cfg, device == "cuda", second) if f in cheats] if not m2.error else cheats
+            res.timing_method["clock_check_confirm"] = second
             if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
                 m = m2
                 res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)

@@ -534,14 +534,15 @@ def _calls_by_round(rounds: list, host: list[float], dev: list[float]) -> list:
     return out
 
 
-def clock_checks(m: Measurement, cfg, cuda: bool = True) -> list[str]:
+def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] = None) -> list[str]:
     """Reported device times against host clocks. Reference and candidate pay the same harness
     overhead per call (input generation, flush, fingerprint), so the reference calibrates it.
 
     Contention on a busy host (compilers running beside the evaluation) only ever adds time, and
     adds it at random; a cheat's hidden time is there in every call. So both tests compare low
     quantiles (the quietest calls and rounds), which contention rarely reaches and a cheat always
-    does; a flag is then confirmed by a second measurement before it becomes a verdict."""
+    does; a flag is then confirmed by a second measurement before it becomes a verdict. `detail`, when
+    given, receives the numbers each test compared (ms per call), for the record of a flagged run."""
     flags = []
     if len(m.cand) < 2 or len(m.ref) < 2:
         return flags
@@ -558,8 +559,11 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True) -> list[str]:
     # threads after forward returns show up here, not in the events
     gap_c = _quantile([hh - tt for hh, tt in cand_pairs], 0.25)
     gap_r = _quantile([hh - tt for hh, tt in ref_pairs], 0.25)
-    if gap_c - gap_r > max(h.gap_abs_ms, h.gap_rel * med_c):
+    gap_floor = max(h.gap_abs_ms, h.gap_rel * med_c)
+    if gap_c - gap_r > gap_floor:
         flags.append("unsynced_stream")
+    if detail is not None:
+        detail.update(gap_cand_ms=round(gap_c, 4), gap_ref_ms=round(gap_r, 4), gap_floor_ms=round(gap_floor, 4))
     # per round: the parent's own wall clock, which the candidate cannot reach
     over_c = [(w - t) / n for (w, t, n, _), _ in c_rounds]
     over_r = [(w - t) / n for (w, t, n, _), _ in r_rounds]
@@ -574,4 +578,7 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True) -> list[str]:
         floor = max(h.wall_abs_ms if cuda else h.cpu_wall_abs_ms, h.wall_rel * med_c, 0.25 * low_r)
         if unexplained > floor:
             flags.append("timer_mismatch")
+        if detail is not None:
+            detail.update(wall_over_cand_ms=round(low_c, 4), wall_over_ref_ms=round(low_r, 4),
+                          wall_floor_ms=round(floor, 4), rounds_compared=[len(c_rounds), len(r_rounds)])
     return flags

@@ -114,7 +114,11 @@ def test_clock_checks_cpu_floor():
         cand_rounds = [(10 * (t + 0.3 + extra), 10 * t, 10) for _ in range(10)]
         m = _measure(cand_rounds, ref_rounds, [t] * 100, [t] * 100)
         assert clock_checks(m, cfg, cuda=True) == on_gpu
-        assert clock_checks(m, cfg, cuda=False) == on_cpu
+        detail = {}
+        assert clock_checks(m, cfg, cuda=False, detail=detail) == on_cpu
+        # the record of a flagged run shows the numbers compared: per call, over the reference
+        assert detail["wall_over_cand_ms"] - detail["wall_over_ref_ms"] == pytest.approx(extra, abs=1e-3)
+        assert detail["wall_floor_ms"] == pytest.approx(cfg.hardening.cpu_wall_abs_ms)
 
 
 def test_summarize():
