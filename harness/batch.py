@@ -342,6 +342,7 @@ class SlotState:
     busy_s: float = 0.0        # the evaluations' own times, summed (they overlap when concurrency > 1)
     occupied_s: float = 0.0    # time with at least one evaluation in flight
     done: int = 0
+    _occupied_since: float = 0.0
 
     @property
     def free(self) -> bool:

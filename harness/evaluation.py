@@ -177,14 +177,13 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         t0 = clock()
         setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
 
-        def start_candidate() -> Worker:
+        def start_candidate() -> None:  # into `cand`, which timed() reads when it runs
             nonlocal cand
             with gate.shared():
                 cand = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
                 gate.register(cand)
                 _wait_load(cand, cfg.timeouts.load_s)
                 _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
-            return cand
 
         start_candidate()
         phases.load_s = clock() - t0

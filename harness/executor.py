@@ -342,10 +342,10 @@ class SlotRuntime:
             self.gate.reset_seen()
             rec = run()
             if rec.status in RERUN_ALONE and self.gate.shared_seen:
-                # it failed while other evaluations shared the device: their memory or their load may
-                # be the cause (out of memory, a timeout). The verdict comes from a run on its own.
+                # it failed while other evaluations shared the device, whose memory use may be the
+                # cause (out of memory): the verdict comes from a run on its own
+                first = rec.status.value
                 with self.gate.alone():
-                    first = rec.status.value
                     rec = run()
                 self.reruns += 1
                 rec.flags.append("rerun_alone")

@@ -294,8 +294,6 @@ class Standby:
             return Worker(setup, env=env)
         with self._lock:
             idle = self.pool.popleft() if self.pool else None
-            while len(self.pool) < self.depth - 1:
-                self.pool.append(Worker(None, env=self.env))
         if idle is not None and idle.ready(timeout) and idle.returncode is None:
             idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
