@@ -2,10 +2,12 @@
 
 The build directory is keyed by the solution's source, the torch version, the device and the CUDA
 architectures, so an unchanged solution reuses its build (ninja finds nothing to do) and two
-solutions that name their extension alike never share one."""
+solutions that name their extension alike never share one. A build that the compiler itself
+rejected is remembered there too, so the same source is not compiled again only to fail again."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -55,15 +57,39 @@ def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, st
     return env
 
 
+FAILED_BUILD = "failed-build.json"
+# failures that say nothing about the source: the compiler killed or starved, the disk full
+_TRANSIENT = ("killed", "signal", "out of memory", "cannot allocate", "no space left", "resource temporarily",
+              "timed out", "timeout", "interrupted")
+
+
+def _deterministic(reply: CompileReply) -> bool:
+    text = (reply.error or "").lower()
+    return (not reply.ok and reply.category == "compile_error" and "error" in text
+            and not any(t in text for t in _TRANSIENT))
+
+
 def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,
                      extra_env: Optional[dict[str, str]] = None) -> tuple[Optional[CompileReply], Optional[str], str]:
     """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came."""
+    remembered = ext_dir / FAILED_BUILD
+    if remembered.exists():
+        try:
+            data = json.loads(remembered.read_text())
+            return CompileReply.model_validate(data["reply"]).model_copy(update={"seconds": 0.0}), None, data["log"]
+        except (ValueError, KeyError, OSError):
+            pass  # unreadable: build again
     setup = {"role": "compile", "solution_path": str(module_path), "device": device}
     w = Worker(setup, env=child_env(ext_dir, device, extra_env))
     try:
         try:
             line = w.wait_json(timeout)
-            return CompileReply.model_validate_json(line), None, w.log_tail()
+            reply, log = CompileReply.model_validate_json(line), w.log_tail()
+            if _deterministic(reply):
+                tmp = remembered.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"reply": reply.model_dump(), "log": log}))
+                os.replace(tmp, remembered)
+            return reply, None, log
         except WorkerTimeout:
             w.kill()
             return None, "timeout", w.log_tail()

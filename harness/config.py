@@ -6,7 +6,7 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
@@ -57,15 +57,17 @@ class Timing(BaseModel):
     # cache control; write (do_bench's zero_()) leaves ~L2-size of dirty lines whose write-back lands
     # inside the next timed call and adds ~10 us to memory-bound kernels
     flush_method: Literal["read", "write"] = "read"
-    # GPU: hold the stream this long (a spin kernel, after the flush, before the start event) so that
-    # the host's launch of the forward is always enqueued before the interval opens. 0: the flush
-    # alone (~55 us on an H200) is the shield, and a slower first launch (cuBLAS through a module's
-    # forward) leaks into the interval: 200 us took the repeat spread of a 0.34 ms matmul from 4.2%
-    # to 0.18% on an H200 (bench/results/fidelity-NVIDIA_H200.md, session 5); nvbench holds the
-    # stream with a blocking kernel for the same reason. Still off by default: with it, the
-    # launch-bound GPU test (24 tiny kernels, ~0.3 ms of launching) read 1.31x for an identical
-    # solution, which is not yet explained.
-    launch_hold_us: float = 0.0
+    # GPU: before the flush, hold the stream with a kernel that fills the GPU, so that the host has
+    # launched the whole forward before the interval opens (as in steady use, where the host runs
+    # ahead of the GPU; nvbench holds the stream with a blocking kernel for the same reason). The
+    # flush alone (~55 us on an H200) is too short a shield: a slow first launch (cuBLAS through a
+    # module's forward) leaked into the interval and spread a 0.34 ms matmul's median 4.2% over 5
+    # runs, and a fixed hold shorter than a forward's launching leaves a remainder of it inside the
+    # interval, different on each side (bench/results/fidelity-NVIDIA_H200.md, sessions 5-6).
+    # "auto": twice the reference's launch time, measured in the warm-up round, + 50 us; a number:
+    # that many us; 0: none.
+    launch_hold_us: Union[Literal["auto"], float] = "auto"
+    launch_hold_max_us: float = 5000.0
     cpu_min_calls: int = 5
     cpu_threads: int = 1
     round_calls: int = 10

@@ -279,22 +279,28 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         res.timing_method = {
             "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
             "l2_flush": (cfg.timing.flush_method if cfg.timing.flush_l2 and device == "cuda" else None), "persisting_l2_reset": m.l2_reset,
-            "launch_hold_us": cfg.timing.launch_hold_us if device == "cuda" else None,
+            "launch_hold": cfg.timing.launch_hold_us if device == "cuda" else None,
+            "launch_hold_us": m.hold_us if device == "cuda" else None,
+            # calls whose launching outlasted hold and flush, so part of it is inside their interval
+            "cand_launch_leaked_calls": m.cand_leaked if device == "cuda" else None,
+            "ref_launch_leaked_calls": m.ref_leaked if device == "cuda" else None,
             "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
             "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
             "host_contended_rounds": m.contended_rounds,
-            # per call on the host (flush, hold, forward, synchronize): beside the device times, it
-            # shows how far a forward's launching runs past the hold
+            # per call on the host: the whole call (hold, flush, forward, synchronize), and the
+            # forward's launching alone (enqueue)
             "cand_host_ms_median": round(statistics.median(m.cand_host), 4) if m.cand_host else None,
             "ref_host_ms_median": round(statistics.median(m.ref_host), 4) if m.ref_host else None,
+            "cand_enqueue_ms_median": round(statistics.median(m.cand_enqueue), 4) if m.cand_enqueue else None,
+            "ref_enqueue_ms_median": round(statistics.median(m.ref_enqueue), 4) if m.ref_enqueue else None,
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
             **gpu_summary(m),
         }
         for f in m.flags:
-            if f in ("cuda_graph_unavailable", "throttled") and f not in res.flags:
+            if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable") and f not in res.flags:
                 res.flags.append(f)
         if len(m.cand) < 2 or len(m.ref) < 2:
             raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])

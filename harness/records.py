@@ -172,6 +172,9 @@ class Reply(BaseModel):
     # time: per-call device time (ms), per-call host time to device-idle (ms), output fingerprints
     times_ms: list[float] = Field(default_factory=list)
     host_ms: list[float] = Field(default_factory=list)
+    # GPU: per-call host time of the forward alone (its launching, and any wait inside it)
+    enqueue_ms: list[float] = Field(default_factory=list)
+    launch_leaked: int = 0  # calls whose interval opened before the forward was enqueued
     fingerprints: list[list[float]] = Field(default_factory=list)
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None

@@ -32,8 +32,63 @@ def pin(torch) -> None:
     in the parent remain the defence against anything subtler."""
     _PINNED.update(sum=torch.sum, zeros=torch.zeros, empty=torch.empty, perf_counter=time.perf_counter)
     if torch.cuda.is_available():
-        _PINNED.update(synchronize=torch.cuda.synchronize, Event=torch.cuda.Event,
-                       sleep=getattr(torch.cuda, "_sleep", None))
+        _PINNED.update(synchronize=torch.cuda.synchronize, Event=torch.cuda.Event)
+        _PINNED["hold"] = _gpu_hold(torch)
+
+
+def _hold_kernel():
+    """A Triton kernel whose every thread spins on the GPU's nanosecond timer. Launched as two
+    1024-thread blocks per SM it takes every thread slot of every SM, so it holds the whole GPU: a
+    kernel the forward launches on another stream (unseen by the interval's events) cannot run
+    hidden inside the hold. torch.cuda._sleep is a single thread and would leave the GPU free for
+    exactly that; torch's own elementwise kernels are register-bound below full occupancy."""
+    import triton
+    import triton.language as tl
+    from triton.language.extra.cuda import globaltimer
+
+    @triton.jit(do_not_specialize=["ns"])
+    def harness_hold(ns):
+        t0 = globaltimer()
+        t = t0
+        while t - t0 < ns:
+            t = globaltimer()
+
+    return harness_hold
+
+
+def _gpu_hold(torch):
+    """A callable that holds the current stream for about `us` microseconds with a kernel that fills
+    the GPU, or None where Triton cannot build it or the hold turns out not to keep a kernel on
+    another stream waiting (checked here, on this GPU)."""
+    P = _PINNED
+    try:
+        kernel = _hold_kernel()
+        props = torch.cuda.get_device_properties(0)
+        blocks = props.multi_processor_count * max(1, props.max_threads_per_multi_processor // 1024)
+
+        def spin(ns: float):
+            kernel[(blocks,)](int(ns), num_warps=32)
+
+        Event, sync = P["Event"], P["synchronize"]
+        ev = lambda: Event(enable_timing=True)  # noqa: E731
+        side, probe = torch.cuda.Stream(), P["zeros"](1, device="cuda")
+        spin(1000)
+        with torch.cuda.stream(side):
+            probe.add_(1)
+        sync()
+        a, b, c = ev(), ev(), ev()
+        a.record()
+        spin(300_000)
+        b.record()
+        with torch.cuda.stream(side):  # free to start at once: it must still wait for the hold
+            probe.add_(1)
+            c.record(side)
+        sync()
+        if a.elapsed_time(c) < 0.95 * a.elapsed_time(b) or a.elapsed_time(b) < 0.29:
+            return None
+    except Exception:
+        return None
+    return lambda us: spin(us * 1e3)
 
 
 def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
@@ -204,6 +259,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     fn = runner.timed_callable(variant)
     times: list[float] = []
     host: list[float] = []
+    enqueue: list[float] = []
+    leaked = 0  # calls whose interval had opened before the forward was enqueued
     clocks: list[int] = []
     fps: list[list[float]] = []
     flags: list[str] = []
@@ -227,16 +284,14 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
             flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
         reset_l2 = runner.cache.setdefault("reset_l2", _persisting_l2_reset())
-    hold = None
-    if cuda and hold_us > 0 and P.get("sleep") is not None:
-        # cycles at the maximum SM clock: at least hold_us at any clock
-        cycles = int(hold_us * (clock.max_sm or 2000))
-        hold = lambda: P["sleep"](cycles)  # noqa: E731
+    hold = P.get("hold") if cuda and hold_us > 0 else None
+    if cuda and hold_us > 0 and hold is None:
+        flags.append("launch_hold_unavailable")
     start = Event(enable_timing=True) if cuda else None
     end = Event(enable_timing=True) if cuda else None
 
     def report() -> dict:  # the lists as filled so far
-        return {"times_ms": times, "host_ms": host, "fingerprints": fps, "clocks_mhz": clocks,
+        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
                 "l2_reset": reset_l2 is not None}
 
@@ -268,21 +323,26 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 reset_l2()
             t0 = now()
             if cuda:
-                # The flush is enqueued and the start event right behind it: the interval opens when
-                # the flush ends on the GPU, while the host is already launching the forward, so the
-                # flush stays outside it and the host's launch latency is hidden as in steady use
-                # (a synchronize here would put ~10-40 us of launch latency into every sample).
+                # Hold, flush and start event are enqueued back to back: the interval opens when
+                # they end on the GPU, while the host is already launching the forward, so they
+                # stay outside it and the forward's launching is hidden as in steady use, where
+                # the host runs ahead of the GPU (a synchronize here would put 10-80 us of launch
+                # latency into every sample, varying with the host). The hold comes first so the
+                # flush also evicts the lines it wrote.
+                if hold is not None:
+                    hold(hold_us)
                 if flush is not None:
                     flush()
-                if hold is not None:
-                    hold()
                 start.record()
+                t_enq = now()
                 if captured is not None:
                     captured[0].replay()
                     out = captured[1]
                 else:
                     out = fn(*inputs)
+                enqueue.append((now() - t_enq) * 1e3)
                 end.record()
+                leaked += bool(start.query())
                 sync()  # device-wide: side streams included
             else:
                 out = fn(*inputs)
@@ -364,6 +424,11 @@ class Measurement:
     compiled: list[float] = field(default_factory=list)
     cand_host: list[float] = field(default_factory=list)
     ref_host: list[float] = field(default_factory=list)
+    cand_enqueue: list[float] = field(default_factory=list)
+    ref_enqueue: list[float] = field(default_factory=list)
+    hold_us: float = 0.0  # the launch hold of the timed rounds
+    cand_leaked: int = 0  # kept calls whose interval opened before their forward was enqueued
+    ref_leaked: int = 0
     # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU), each side
     cand_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
     ref_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
@@ -385,6 +450,15 @@ class Measurement:
     seconds: float = 0.0
 
 
+def auto_hold_us(ref_enqueue_ms: list[float], cap_us: float) -> float:
+    """The launch hold for both sides: twice the reference's median launch time for one forward
+    (its own process, so a candidate cannot size the hold it is timed under) plus 50 us for the
+    first launch's jitter, at most `cap_us`. A candidate that launches for longer than this has the
+    rest inside its interval, as without a hold; one that launches faster is covered."""
+    med = statistics.median(ref_enqueue_ms) if ref_enqueue_ms else 0.0
+    return round(min(cap_us, 2e3 * med + 50.0), 1)
+
+
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float, gpu: Optional[str] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
@@ -402,11 +476,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     min_calls = t.min_calls if cuda else t.cpu_min_calls
     with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
     warm = True
+    # "auto": the warm-up round runs without a hold and measures how long the reference takes to
+    # launch its forward; every later round holds both sides for twice that, plus a margin
+    m.hold_us = 0.0 if not cuda else (0.0 if t.launch_hold_us == "auto" else float(t.launch_hold_us))
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
-                      hold_us=t.launch_hold_us,
-                      cuda_graph=m.cuda_graph)
+                      hold_us=m.hold_us, cuda_graph=m.cuda_graph)
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
         s1, q1 = snap(), rq(cand)
@@ -449,8 +525,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 m.mismatched_calls += 1
         m.rounds += 1
         m.l2_reset = bool(r_reply.l2_reset)
+        if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
+            m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
+            if cuda and t.launch_hold_us == "auto":
+                m.hold_us = auto_hold_us(r_reply.enqueue_ms + (k_reply.enqueue_ms if with_compiled else []),
+                                         t.launch_hold_max_us)
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
         st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
@@ -477,10 +558,14 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if not st_c["slow"]:
             m.cand += c_reply.times_ms
             m.cand_host += c_reply.host_ms
+            m.cand_enqueue += c_reply.enqueue_ms
+            m.cand_leaked += c_reply.launch_leaked
             m.cand_rounds.append((c_wall * 1e3, sum(c_reply.times_ms), len(seeds), quiet_c))
         if not st_r["slow"]:
             m.ref += r_reply.times_ms
             m.ref_host += r_reply.host_ms
+            m.ref_enqueue += r_reply.enqueue_ms
+            m.ref_leaked += r_reply.launch_leaked
             m.ref_rounds.append((r_wall * 1e3, sum(r_reply.times_ms), len(seeds), quiet_r))
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:

@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from conftest import ROOT
 
 from harness.config import Tolerance, load_config
 from harness.correctness import compare_tensors
@@ -368,23 +369,57 @@ def test_trial_payload_round_trips_and_refuses_forgeries():
 
 def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
     """timing.launch_hold_us is part of every timing command, the same for reference and candidate
-    (a hold on one side only would hide that side's launch latency alone)."""
+    (a hold on one side only would hide that side's launch latency alone). "auto" sizes it from the
+    reference's launch time in the warm-up round, never from what the candidate reports: a
+    candidate claiming slow launches must not get a longer hold to hide work in."""
     import random
 
     import harness.timing as timing
     monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
-    seen = {"cand": set(), "ref": set()}
 
-    class Rec(_FakeTimed):
-        def __init__(self, ms, side):
-            super().__init__(ms, 1980)
-            self.side = side
+    def run(hold, cand_enqueue_ms):
+        seen = {"cand": [], "ref": []}
 
-        def request(self, cmd, timeout):
-            seen[self.side].add(cmd.hold_us)
-            return super().request(cmd, timeout)
+        class Rec(_FakeTimed):
+            def __init__(self, ms, side, enqueue_ms):
+                super().__init__(ms, 1980)
+                self.side, self.enqueue_ms = side, enqueue_ms
 
-    cfg = load_config(None, {"timing.launch_hold_us": 200, "timing.min_rounds": 2, "timing.min_calls": 4})
-    timing.measure(Rec(1.0, "cand"), Rec(2.0, "ref"), cfg, random.Random(0), cuda=True,
-                   tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
-    assert seen == {"cand": {200.0}, "ref": {200.0}}
+            def request(self, cmd, timeout):
+                seen[self.side].append(cmd.hold_us)
+                reply, wall = super().request(cmd, timeout)
+                return reply.model_copy(update={"enqueue_ms": [self.enqueue_ms] * len(cmd.seeds)}), wall
+
+        cfg = load_config(None, {"timing.launch_hold_us": hold, "timing.min_rounds": 2, "timing.min_calls": 4,
+                                 "timing.compile_baseline": "off"})
+        m = timing.measure(Rec(1.0, "cand", cand_enqueue_ms), Rec(2.0, "ref", 0.1), cfg, random.Random(0), cuda=True,
+                           tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
+        return seen, m
+
+    seen, m = run(200, 0.1)
+    assert set(seen["cand"]) == set(seen["ref"]) == {200.0} and m.hold_us == 200.0
+    # auto: no hold while the warm-up round measures the reference (0.1 ms to launch), then 2 x 100 + 50
+    seen, m = run("auto", 4.0)
+    assert seen["cand"] == seen["ref"] and seen["ref"][0] == 0.0 and set(seen["ref"][1:]) == {250.0}
+    assert m.hold_us == 250.0 and m.cand_enqueue[0] == 4.0
+    assert timing.auto_hold_us([40.0], 5000.0) == 5000.0  # capped
+
+
+def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypatch):
+    """The same source fails the same way: its compiler error is remembered in its build directory,
+    and a second build returns it without starting a compiler. A failure that says nothing about
+    the source (the compiler killed) is not remembered."""
+    import harness.build as build
+    from harness.records import CompileReply
+    src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
+    ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
+    first, failure, log = build.compile_solution(src, ext, "cpu", 300)
+    assert failure is None and first.category == "compile_error" and (ext / build.FAILED_BUILD).exists()
+
+    def no_compiler(*a, **k):
+        raise AssertionError("a compiler was started for a build already known to fail")
+    monkeypatch.setattr(build, "Worker", no_compiler)
+    again, failure, log2 = build.compile_solution(src, ext, "cpu", 300)
+    assert failure is None and again.error == first.error and again.category == "compile_error" and log2 == log
+    killed = CompileReply(ok=False, category="compile_error", error="error: ninja: build stopped: Killed")
+    assert build._deterministic(first) and not build._deterministic(killed)
