@@ -327,8 +327,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 # they end on the GPU, while the host is already launching the forward, so they
                 # stay outside it and the forward's launching is hidden as in steady use, where
                 # the host runs ahead of the GPU (a synchronize here would put 10-80 us of launch
-                # latency into every sample, varying with the host). The hold comes first so the
-                # flush also evicts the lines it wrote.
+                # latency into every sample, varying with the host). The hold comes first, so the
+                # flush is the last thing to touch L2 before the interval.
                 if hold is not None:
                     hold(hold_us)
                 if flush is not None:
