@@ -449,6 +449,14 @@ class Measurement:
     compile_error: Optional[str] = None
     seconds: float = 0.0
 
+    def keep(self, side: str, reply, wall_s: float, quiet: bool) -> None:
+        """Add one kept round of `side` ("cand" or "ref") to that side's samples."""
+        getattr(self, side).extend(reply.times_ms)
+        getattr(self, side + "_host").extend(reply.host_ms)
+        getattr(self, side + "_enqueue").extend(reply.enqueue_ms)
+        setattr(self, side + "_leaked", getattr(self, side + "_leaked") + reply.launch_leaked)
+        getattr(self, side + "_rounds").append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
+
 
 def auto_hold_us(ref_enqueue_ms: list[float], cap_us: float) -> float:
     """The launch hold for both sides: twice the reference's median launch time for one forward
@@ -556,17 +564,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         quiet_r = not _contended(p0, p1, r_wall, t.max_runqueue_frac)
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
-            m.cand += c_reply.times_ms
-            m.cand_host += c_reply.host_ms
-            m.cand_enqueue += c_reply.enqueue_ms
-            m.cand_leaked += c_reply.launch_leaked
-            m.cand_rounds.append((c_wall * 1e3, sum(c_reply.times_ms), len(seeds), quiet_c))
+            m.keep("cand", c_reply, c_wall, quiet_c)
         if not st_r["slow"]:
-            m.ref += r_reply.times_ms
-            m.ref_host += r_reply.host_ms
-            m.ref_enqueue += r_reply.enqueue_ms
-            m.ref_leaked += r_reply.launch_leaked
-            m.ref_rounds.append((r_wall * 1e3, sum(r_reply.times_ms), len(seeds), quiet_r))
+            m.keep("ref", r_reply, r_wall, quiet_r)
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
