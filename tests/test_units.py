@@ -423,3 +423,27 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
     assert failure is None and again.error == first.error and again.category == "compile_error" and log2 == log
     killed = CompileReply(ok=False, category="compile_error", error="error: ninja: build stopped: Killed")
     assert build._deterministic(first) and not build._deterministic(killed)
+
+
+def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatch):
+    """launch_hold_unavailable (no hold kernel on this machine) comes from the reference's process,
+    which runs no solution code; a candidate claiming it cannot put the flag on its own record."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+
+    class Claims(_FakeTimed):
+        def __init__(self, ms, flags):
+            super().__init__(ms, 1980)
+            self.flags = flags
+
+        def request(self, cmd, timeout):
+            reply, wall = super().request(cmd, timeout)
+            return reply.model_copy(update={"flags": self.flags}), wall
+
+    cfg = load_config(None, {"timing.min_rounds": 2, "timing.min_calls": 4, "timing.compile_baseline": "off"})
+    run = lambda c, r: timing.measure(Claims(1.0, c), Claims(2.0, r), cfg, random.Random(0), cuda=True,  # noqa: E731
+                                      tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
+    assert "launch_hold_unavailable" in run([], ["launch_hold_unavailable"]).flags
+    assert "launch_hold_unavailable" not in run(["launch_hold_unavailable"], []).flags
