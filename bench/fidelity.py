@@ -130,6 +130,7 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
                          "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
                          "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s"),
                          "hold_us": tm.get("launch_hold_us"),
+                         "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
                          "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls"))})
             print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)
     return meds, refs, walls, counts, r, tele
@@ -255,13 +256,14 @@ def main() -> None:
                      f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} | {r['hold_us']:.0f} |")
     lines += ["", "Per run (the parent's NVML readings over the kept rounds: temperature range, peak power, time the "
               "GPU spent power-capped during those rounds, clock-event reasons seen after them, rounds re-taken):", "",
-              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | leaked calls cand/ref |",
-              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|"]
+              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | launch ms cand/ref | leaked calls cand/ref |",
+              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|---|"]
     for r in rows:
         for i, t in enumerate(r["telemetry"], 1):
             lines.append(f"| {r['kernel']} | {i} | {t['cand_ms']:.4f} | {t['ref_ms']:.4f} | {t['temp_c']} | "
                          f"{t['power_w_max']} | {t['power_capped_ms']} | {','.join(t['reasons'] or []) or '-'} | "
-                         f"{t['sm_mhz']} / {t['mem_mhz']} | {t['retaken']} | {t['hold_us']} | {t['leaked'][0]}/{t['leaked'][1]} |")
+                         f"{t['sm_mhz']} / {t['mem_mhz']} | {t['retaken']} | {t['hold_us']} | "
+                         f"{t['launch_ms'][0]}/{t['launch_ms'][1]} | {t['leaked'][0]}/{t['leaked'][1]} |")
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(os.environ.get("OUT") or args.out)

@@ -592,6 +592,19 @@ def _kill_children() -> None:
                     continue
 
 
+def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int] = None) -> tuple[int, int]:
+    """(parallel builds, compiler jobs per build). One compiler per core: builds run at SCHED_IDLE
+    priority (executor._background), so they only take CPU that evaluations leave idle. A CUDA
+    extension compiles its two sources (.cpp, .cu) at once, so half as many builds as cores. More
+    builds would not finish sooner in total, and would all end late together (the cores shared
+    among all), leaving every evaluation for the end; this way they finish in waves, each wave
+    evaluated while the next one builds."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = max(1, int(os.environ.get("MAX_JOBS") or (2 if device == "cuda" else 1)))
+    return workers or max(1, cores // jobs), jobs
+
+
 def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
               problem_roots: Optional[list[str]] = None, out: Optional[str] = None, resume: bool = False,
               label: Optional[str] = None, gpus: Optional[str] = None, compile_workers: Optional[int] = None,
@@ -659,12 +672,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
                           f"{len(todo)} to go", highlight=False, soft_wrap=True)
         items = todo
 
-    # all cores: builds run at SCHED_IDLE priority (executor._background), so they only take CPU that
-    # evaluations leave idle
-    workers = compile_workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                  else (os.cpu_count() or 1))
+    workers, jobs = compile_plan(device, compile_workers)
     executor = LocalExecutor(slots, workers, size, dtype)
-    compile_env = {"CUDA_VISIBLE_DEVICES": ""}
+    compile_env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     results = ResultsFile(results_path)
     pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
                     verbose or not console.is_terminal, compile_env)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import random
 import secrets
-import statistics
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -282,29 +281,27 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "launch_hold": cfg.timing.launch_hold_us if device == "cuda" else None,
             "launch_hold_us": m.hold_us if device == "cuda" else None,
             # calls whose launching outlasted hold and flush, so part of it is inside their interval
-            "cand_launch_leaked_calls": m.cand_leaked if device == "cuda" else None,
-            "ref_launch_leaked_calls": m.ref_leaked if device == "cuda" else None,
+            "cand_launch_leaked_calls": m.cand.leaked if device == "cuda" else None,
+            "ref_launch_leaked_calls": m.ref.leaked if device == "cuda" else None,
             "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
             "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
             "host_contended_rounds": m.contended_rounds,
-            # per call on the host: the whole call (hold, flush, forward, synchronize), and the
-            # forward's launching alone (enqueue)
-            "cand_host_ms_median": round(statistics.median(m.cand_host), 4) if m.cand_host else None,
-            "ref_host_ms_median": round(statistics.median(m.ref_host), 4) if m.ref_host else None,
-            "cand_enqueue_ms_median": round(statistics.median(m.cand_enqueue), 4) if m.cand_enqueue else None,
-            "ref_enqueue_ms_median": round(statistics.median(m.ref_enqueue), 4) if m.ref_enqueue else None,
+            # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's
+            # launching alone (enqueue), and hold, flush and forward launched (launch)
+            **{f"{side}_{what}_ms_median": getattr(m, side).median(what)
+               for what in ("host", "enqueue", "launch") for side in ("cand", "ref")},
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
             **gpu_summary(m),
         }
         for f in m.flags:
             if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable") and f not in res.flags:
                 res.flags.append(f)
-        if len(m.cand) < 2 or len(m.ref) < 2:
+        if len(m.cand.times) < 2 or len(m.ref.times) < 2:
             raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
-        res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
+        res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
         res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
         if m.compiled:
             res.compile_runtime_ms = summarize(m.compiled).median
@@ -321,19 +318,18 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             m2 = timed()
             cheats = [f for f in clock_checks(m2, cfg, device == "cuda", second) if f in cheats] if not m2.error else cheats
             res.timing_method["clock_check_confirm"] = second
-            if not cheats and not m2.mismatched_calls and len(m2.cand) >= 2:
+            if not cheats and not m2.mismatched_calls and len(m2.cand.times) >= 2:
                 m = m2
-                res.runtime_stats, res.ref_runtime_stats = summarize(m.cand), summarize(m.ref)
+                res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
                 res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
                 res.timing_method["remeasured_after_clock_flag"] = True
         if cheats:
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(cheats), cheats)
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
-            with gate.shared():
-                _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg)
+            _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
-        res.speedup_ci = ratio_ci(m.ref, m.cand, seed=ref.rng.getrandbits(32))
+        res.speedup_ci = ratio_ci(m.ref.times, m.cand.times, seed=ref.rng.getrandbits(32))
         res.status = Status.passed
         if res.speedup and res.speedup > cfg.hardening.max_speedup:
             with gate.shared():
@@ -382,10 +378,18 @@ def builds_extensions(code: str) -> bool:
 
 
 def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: list[str], seed: int,
-                  cfg: Config) -> None:
+                  cfg: Config, gate: DeviceGate) -> None:
     """On a GPU: did a kernel the solution defines run? One forward under the profiler, after timing,
-    because the profiler slows every later launch in its process (see worker.Runner.kernels)."""
-    reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
+    because the profiler slows every later launch in its process (see worker.Runner.kernels).
+
+    The profiler's start-up takes seconds of host work and runs no solution code, so it is not a
+    shared phase: a neighbour's timing need not wait for it. The candidate stays registered with
+    the gate, so that timing still stops its process (and the start-up with it) while it runs; the
+    timeout allows for those stops."""
+    reply, _ = _ask(cand, Command(op="profiler"), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
+    phases.profiler_start_s = reply.profile_s
+    with gate.shared():
+        reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
     phases.profile_s = reply.profile_s
     if not reply.kernels_seen:  # the profiler saw no GPU work at all (CUPTI unavailable): no evidence
         return

@@ -74,10 +74,12 @@ class PhaseTimes(BaseModel):
     total_s: float = 0.0
     # parts of correctness_s: the candidate's trials and their transfer, the reference's start (the
     # first solution of a problem pays it), judging in the parent. profile_s: the profiled forward
-    # that lists the candidate's GPU kernels, after timing (in total_s, not in correctness_s)
+    # that lists the candidate's GPU kernels, after timing (in total_s, not in correctness_s), and
+    # profiler_start_s the profiler's start-up before it, outside the device slot's gate
     trials_s: float = 0.0
     reference_s: float = 0.0
     judge_s: float = 0.0
+    profiler_start_s: Optional[float] = None
     profile_s: Optional[float] = None
     # time spent waiting at the device slot's gate (evaluations sharing a GPU: another one being
     # timed); in total_s, in none of the phases above
@@ -174,6 +176,9 @@ class Reply(BaseModel):
     host_ms: list[float] = Field(default_factory=list)
     # GPU: per-call host time of the forward alone (its launching, and any wait inside it)
     enqueue_ms: list[float] = Field(default_factory=list)
+    # GPU: per-call host time from the hold's launch to the forward enqueued (what hold and flush
+    # must outlast on the device for the launching to stay outside the interval)
+    launch_ms: list[float] = Field(default_factory=list)
     launch_leaked: int = 0  # calls whose interval opened before the forward was enqueued
     fingerprints: list[list[float]] = Field(default_factory=list)
     clocks_mhz: list[int] = Field(default_factory=list)

@@ -260,6 +260,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     times: list[float] = []
     host: list[float] = []
     enqueue: list[float] = []
+    launch: list[float] = []
     leaked = 0  # calls whose interval had opened before the forward was enqueued
     clocks: list[int] = []
     fps: list[list[float]] = []
@@ -291,7 +292,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     end = Event(enable_timing=True) if cuda else None
 
     def report() -> dict:  # the lists as filled so far
-        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
+        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch, "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
                 "l2_reset": reset_l2 is not None}
 
@@ -340,7 +341,9 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                     out = captured[1]
                 else:
                     out = fn(*inputs)
-                enqueue.append((now() - t_enq) * 1e3)
+                t_out = now()
+                enqueue.append((t_out - t_enq) * 1e3)
+                launch.append((t_out - t0) * 1e3)
                 end.record()
                 leaked += bool(start.query())
                 sync()  # device-wide: side streams included
@@ -418,20 +421,35 @@ def fingerprints_match(a: list[float], b: list[float], tol) -> bool:
 
 
 @dataclass
+class Side:
+    """One side's kept calls (candidate, or reference) and the rounds they came in."""
+    times: list[float] = field(default_factory=list)    # device ms per call (host ms on the CPU)
+    host: list[float] = field(default_factory=list)     # host ms per whole call (hold, flush, forward, sync)
+    enqueue: list[float] = field(default_factory=list)  # host ms launching the forward alone
+    launch: list[float] = field(default_factory=list)   # host ms from the hold's launch to the forward enqueued
+    leaked: int = 0  # calls whose interval opened before their forward was enqueued
+    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU)
+    rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
+
+    def keep(self, reply, wall_s: float, quiet: bool) -> None:
+        self.times.extend(reply.times_ms)
+        self.host.extend(reply.host_ms)
+        self.enqueue.extend(reply.enqueue_ms)
+        self.launch.extend(reply.launch_ms)
+        self.leaked += reply.launch_leaked
+        self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
+
+    def median(self, what: str) -> Optional[float]:
+        xs = getattr(self, what)
+        return round(statistics.median(xs), 4) if xs else None
+
+
+@dataclass
 class Measurement:
-    cand: list[float] = field(default_factory=list)
-    ref: list[float] = field(default_factory=list)
+    cand: Side = field(default_factory=Side)
+    ref: Side = field(default_factory=Side)
     compiled: list[float] = field(default_factory=list)
-    cand_host: list[float] = field(default_factory=list)
-    ref_host: list[float] = field(default_factory=list)
-    cand_enqueue: list[float] = field(default_factory=list)
-    ref_enqueue: list[float] = field(default_factory=list)
     hold_us: float = 0.0  # the launch hold of the timed rounds
-    cand_leaked: int = 0  # kept calls whose interval opened before their forward was enqueued
-    ref_leaked: int = 0
-    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU), each side
-    cand_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
-    ref_rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
     contended_rounds: int = 0
     restart_candidate: bool = False  # the candidate's capture failed: time it again, fresh and eager
     mismatched_calls: int = 0
@@ -449,21 +467,19 @@ class Measurement:
     compile_error: Optional[str] = None
     seconds: float = 0.0
 
-    def keep(self, side: str, reply, wall_s: float, quiet: bool) -> None:
-        """Add one kept round of `side` ("cand" or "ref") to that side's samples."""
-        getattr(self, side).extend(reply.times_ms)
-        getattr(self, side + "_host").extend(reply.host_ms)
-        getattr(self, side + "_enqueue").extend(reply.enqueue_ms)
-        setattr(self, side + "_leaked", getattr(self, side + "_leaked") + reply.launch_leaked)
-        getattr(self, side + "_rounds").append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
+
+# Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
+# own launcher (Triton's Python launcher costs tens of microseconds)
+WARM_HOLD_US = 1.0
 
 
-def auto_hold_us(ref_enqueue_ms: list[float], cap_us: float) -> float:
-    """The launch hold for both sides: twice the reference's median launch time for one forward
-    (its own process, so a candidate cannot size the hold it is timed under) plus 50 us for the
-    first launch's jitter, at most `cap_us`. A candidate that launches for longer than this has the
-    rest inside its interval, as without a hold; one that launches faster is covered."""
-    med = statistics.median(ref_enqueue_ms) if ref_enqueue_ms else 0.0
+def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
+    """The launch hold for both sides: twice the reference's median launch time for one call (its
+    own process, so a candidate cannot size the hold it is timed under: from the hold's launch
+    through the flush's and the forward's) plus 50 us for jitter, at most `cap_us`. A candidate that
+    launches for longer than this has the rest inside its interval, as without a hold; one that
+    launches faster is covered."""
+    med = statistics.median(ref_launch_ms) if ref_launch_ms else 0.0
     return round(min(cap_us, 2e3 * med + 50.0), 1)
 
 
@@ -484,9 +500,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     min_calls = t.min_calls if cuda else t.cpu_min_calls
     with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
     warm = True
-    # "auto": the warm-up round runs without a hold and measures how long the reference takes to
-    # launch its forward; every later round holds both sides for twice that, plus a margin
-    m.hold_us = 0.0 if not cuda else (0.0 if t.launch_hold_us == "auto" else float(t.launch_hold_us))
+    # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
+    # launch a call; every later round holds both sides for twice that, plus a margin
+    m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
@@ -538,7 +554,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
             if cuda and t.launch_hold_us == "auto":
-                m.hold_us = auto_hold_us(r_reply.enqueue_ms + (k_reply.enqueue_ms if with_compiled else []),
+                m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
                                          t.launch_hold_max_us)
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
@@ -564,16 +580,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         quiet_r = not _contended(p0, p1, r_wall, t.max_runqueue_frac)
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
-            m.keep("cand", c_reply, c_wall, quiet_c)
+            m.cand.keep(c_reply, c_wall, quiet_c)
         if not st_r["slow"]:
-            m.keep("ref", r_reply, r_wall, quiet_r)
+            m.ref.keep(r_reply, r_wall, quiet_r)
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
-        n = min(len(m.cand), len(m.ref))
+        n = min(len(m.cand.times), len(m.ref.times))
         elapsed = time.perf_counter() - t_start
         if n >= min_calls and m.rounds > t.min_rounds:
-            stable = summarize(m.cand).rel_sem < t.target_rel_sem and summarize(m.ref).rel_sem < t.target_rel_sem
+            stable = summarize(m.cand.times).rel_sem < t.target_rel_sem and summarize(m.ref.times).rel_sem < t.target_rel_sem
             if stable or n >= t.max_calls or elapsed > t.budget_s:
                 break
         if m.rounds > 4 * (t.max_calls // round_calls + t.min_rounds) + 8:
@@ -608,13 +624,13 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def _calls_by_round(rounds: list, host: list[float], dev: list[float]) -> list:
+def _calls_by_round(side: Side) -> list:
     """Pair each kept round with its calls' (host ms, device ms); rounds and samples are appended
-    together in measure(), in order."""
+    together (Side.keep), in order."""
     out, i = [], 0
-    for r in rounds:
+    for r in side.rounds:
         n = r[2]
-        out.append((r, list(zip(host[i:i + n], dev[i:i + n]))))
+        out.append((r, list(zip(side.host[i:i + n], side.times[i:i + n]))))
         i += n
     return out
 
@@ -629,14 +645,14 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     does; a flag is then confirmed by a second measurement before it becomes a verdict. `detail`, when
     given, receives the numbers each test compared (ms per call), for the record of a flagged run."""
     flags = []
-    if len(m.cand) < 2 or len(m.ref) < 2:
+    if len(m.cand.times) < 2 or len(m.ref.times) < 2:
         return flags
     h = cfg.hardening
-    med_c = statistics.median(m.cand)
+    med_c = statistics.median(m.cand.times)
     # quiet rounds (no wait for a CPU on that side) where there are enough of both; else all rounds,
     # so a solution cannot escape the checks by keeping its own process contended
-    c_rounds, r_rounds = _calls_by_round(m.cand_rounds, m.cand_host, m.cand), _calls_by_round(m.ref_rounds, m.ref_host, m.ref)
-    if sum(q for *_, q in m.cand_rounds) >= 5 and sum(q for *_, q in m.ref_rounds) >= 5:
+    c_rounds, r_rounds = _calls_by_round(m.cand), _calls_by_round(m.ref)
+    if sum(q for *_, q in m.cand.rounds) >= 5 and sum(q for *_, q in m.ref.rounds) >= 5:
         c_rounds, r_rounds = [r for r in c_rounds if r[0][3]], [r for r in r_rounds if r[0][3]]
     cand_pairs = [p for _, pairs in c_rounds for p in pairs]
     ref_pairs = [p for _, pairs in r_rounds for p in pairs]
@@ -652,7 +668,7 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     # per round: the parent's own wall clock, which the candidate cannot reach
     over_c = [(w - t) / n for (w, t, n, _), _ in c_rounds]
     over_r = [(w - t) / n for (w, t, n, _), _ in r_rounds]
-    if any(t > w for w, t, *_ in m.cand_rounds):
+    if any(t > w for w, t, *_ in m.cand.rounds):
         flags.append("impossible_timing")
     elif len(over_c) >= 5:
         low_c, low_r = min(over_c), min(over_r)

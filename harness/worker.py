@@ -324,6 +324,17 @@ class Runner:
         flags, notes = analyse(*outs, params, cmd.atol, cmd.rtol, cmd.rel_l2)
         return {"flags": flags, "notes": notes}
 
+    def start_profiler(self) -> dict:
+        """One empty profiler session: CUPTI's start-up (seconds, host-bound) paid here, where the
+        parent does not hold the device slot for it, so that the listing's own session is short.
+        Only after timing, for the same reason as kernels()."""
+        from torch.profiler import ProfilerActivity, profile
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            pass
+        prof.events()
+        return {"profile_s": time.perf_counter() - t0}
+
     def kernels(self, seed: int) -> dict:
         """One forward on fresh inputs under the profiler: the names of the GPU kernels it ran.
         The parent asks for this after timing, never before: once the profiler (CUPTI) has been
@@ -443,6 +454,8 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="lint", ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
                 reply = Reply(op="time", ok=True, **runner.time(cmd))
+            elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
+                reply = Reply(op="profiler", ok=True, **runner.start_profiler())
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
                 reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0]))
             else:

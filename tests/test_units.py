@@ -11,7 +11,7 @@ from conftest import ROOT
 from harness.config import Tolerance, load_config
 from harness.correctness import compare_tensors
 from harness.static_checks import check_source
-from harness.timing import Measurement, clock_checks, fingerprints_match, summarize
+from harness.timing import Measurement, Side, clock_checks, fingerprints_match, summarize
 
 FP32 = Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4)
 
@@ -64,12 +64,9 @@ def test_fingerprint_matches_honest_and_catches_stale():
 
 
 def _measure(cand_rounds, ref_rounds, cand_t, ref_t, cand_host=None, ref_host=None):
-    m = Measurement()
-    m.cand, m.ref = cand_t, ref_t
-    m.cand_host, m.ref_host = cand_host or [t + 0.01 for t in cand_t], ref_host or [t + 0.01 for t in ref_t]
     quiet = lambda rs: [r if len(r) == 4 else (*r, True) for r in rs]  # noqa: E731
-    m.cand_rounds, m.ref_rounds = quiet(cand_rounds), quiet(ref_rounds)
-    return m
+    return Measurement(cand=Side(times=cand_t, host=cand_host or [t + 0.01 for t in cand_t], rounds=quiet(cand_rounds)),
+                       ref=Side(times=ref_t, host=ref_host or [t + 0.01 for t in ref_t], rounds=quiet(ref_rounds)))
 
 
 def test_clock_checks_judge_quiet_rounds_but_cannot_be_escaped_by_contention():
@@ -98,7 +95,7 @@ def test_clock_checks_pass_honest_and_flag_hidden_time():
     assert clock_checks(honest, cfg) == []
     # reports 0.05 ms per call while the parent's clock sees 0.5 ms of work
     faked = _measure(cand_rounds, ref_rounds, [0.05] * 100, [t_ref] * 100)
-    faked.cand_rounds = [(w, 10 * 0.05, n, True) for w, _, n in cand_rounds]
+    faked.cand.rounds = [(w, 10 * 0.05, n, True) for w, _, n in cand_rounds]
     assert clock_checks(faked, cfg) == ["timer_mismatch"]
     # events see 0.05 ms; the device was busy 0.5 ms longer (work on an unsynchronized stream)
     side = _measure(cand_rounds, ref_rounds, [t_c] * 100, [t_ref] * 100, cand_host=[t_c + 0.5] * 100)
@@ -241,7 +238,7 @@ def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
                        random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert m.retaken == ["candidate: thermal_limited"], m.retaken
     assert m.throttled == 10
-    assert len(m.cand) == len(m.ref) - 10  # the claimed 100 MHz dropped nothing
+    assert len(m.cand.times) == len(m.ref.times) - 10  # the claimed 100 MHz dropped nothing
     assert timing.gpu_summary(m)["rounds_retaken"] == ["candidate: thermal_limited"]
     assert "throttled" not in m.flags
 
@@ -268,7 +265,7 @@ def test_a_slowdown_that_persists_is_measured_under_and_flagged(monkeypatch):
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
     m = timing.measure(_FakeTimed(1.0, 1980), _FakeTimed(2.0, 1980), cfg, random.Random(0), cuda=True,
                        tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
-    assert "throttled" in m.flags and len(m.cand) >= 20 and len(m.ref) >= 20
+    assert "throttled" in m.flags and len(m.cand.times) >= 20 and len(m.ref.times) >= 20
     assert len(m.retaken) == 2 * 4 + 10
 
 
@@ -313,7 +310,7 @@ def test_a_candidate_that_cannot_be_captured_is_restarted_not_failed(fail, monke
     cand, ref = _GraphFake(1.0, fail=fail), _GraphFake(2.0)
     m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
-    assert m.restart_candidate and m.error is None and not m.flags and not m.cand
+    assert m.restart_candidate and m.error is None and not m.flags and not m.cand.times
     assert ref.modes == []  # the reference was not asked: the round is void
 
 
@@ -328,7 +325,7 @@ def test_a_reference_that_cannot_be_captured_turns_graphs_off_for_both_sides(mon
                        timeout=5, ref_timeout=5)
     assert not m.cuda_graph and m.flags == ["cuda_graph_unavailable"] and not m.restart_candidate
     assert ref.modes[0] is True and not any(ref.modes[1:])  # graphs for the first round only
-    assert len(m.cand) >= 4 and len(m.ref) >= 4
+    assert len(m.cand.times) >= 4 and len(m.ref.times) >= 4
 
 def test_trial_payload_round_trips_and_refuses_forgeries():
     """The trial wire format (harness.payload): tensors of every accepted dtype, nested sequences
@@ -377,31 +374,34 @@ def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
     import harness.timing as timing
     monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
 
-    def run(hold, cand_enqueue_ms):
+    def run(hold, cand_launch_ms):
         seen = {"cand": [], "ref": []}
 
         class Rec(_FakeTimed):
-            def __init__(self, ms, side, enqueue_ms):
+            def __init__(self, ms, side, launch_ms):
                 super().__init__(ms, 1980)
-                self.side, self.enqueue_ms = side, enqueue_ms
+                self.side, self.launch_ms = side, launch_ms
 
             def request(self, cmd, timeout):
                 seen[self.side].append(cmd.hold_us)
                 reply, wall = super().request(cmd, timeout)
-                return reply.model_copy(update={"enqueue_ms": [self.enqueue_ms] * len(cmd.seeds)}), wall
+                n = len(cmd.seeds)
+                return reply.model_copy(update={"launch_ms": [self.launch_ms] * n,
+                                                "enqueue_ms": [self.launch_ms / 2] * n}), wall
 
         cfg = load_config(None, {"timing.launch_hold_us": hold, "timing.min_rounds": 2, "timing.min_calls": 4,
                                  "timing.compile_baseline": "off"})
-        m = timing.measure(Rec(1.0, "cand", cand_enqueue_ms), Rec(2.0, "ref", 0.1), cfg, random.Random(0), cuda=True,
+        m = timing.measure(Rec(1.0, "cand", cand_launch_ms), Rec(2.0, "ref", 0.1), cfg, random.Random(0), cuda=True,
                            tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
         return seen, m
 
     seen, m = run(200, 0.1)
     assert set(seen["cand"]) == set(seen["ref"]) == {200.0} and m.hold_us == 200.0
-    # auto: no hold while the warm-up round measures the reference (0.1 ms to launch), then 2 x 100 + 50
+    # auto: the shortest hold while the warm-up round measures the reference (0.1 ms to launch a
+    # call), then 2 x 100 + 50; the candidate's claimed 4 ms is recorded and ignored
     seen, m = run("auto", 4.0)
-    assert seen["cand"] == seen["ref"] and seen["ref"][0] == 0.0 and set(seen["ref"][1:]) == {250.0}
-    assert m.hold_us == 250.0 and m.cand_enqueue[0] == 4.0
+    assert seen["cand"] == seen["ref"] and seen["ref"][0] == timing.WARM_HOLD_US and set(seen["ref"][1:]) == {250.0}
+    assert m.hold_us == 250.0 and m.cand.launch[0] == 4.0 and m.cand.enqueue[0] == 2.0
     assert timing.auto_hold_us([40.0], 5000.0) == 5000.0  # capped
 
 
