@@ -139,7 +139,7 @@ class Command(BaseModel):
     """One request from the parent to a worker."""
 
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "kernels", "lint", "exit"]
+    op: Literal["load", "build", "trials", "time", "kernels", "profiler", "lint", "exit"]
     # build
     init_seed: Optional[int] = None
     # lint: a second weight seed, and the tolerance the outputs are compared with

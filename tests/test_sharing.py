@@ -218,3 +218,30 @@ def test_sessions_in_use_are_never_evicted(monkeypatch):
     assert closed.count("softmax_wide") >= 1 and closed.count("linear_relu") >= 1
     rt.close()
     assert probs[0].name in closed
+
+
+def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
+    """The kernel listing's seconds of CUPTI start-up run no solution code: a neighbour's timing need
+    not wait for them (its gate stops this candidate meanwhile). The profiled forward itself runs the
+    solution on the device: a shared phase."""
+    from harness.config import load_config
+    from harness.evaluation import _list_kernels
+    from harness.records import EvalResult, PhaseTimes, Reply, Status
+
+    gate = DeviceGate(record=True)
+    seen: list[tuple[str, int]] = []
+
+    class Cand:
+        def request(self, cmd, timeout):
+            seen.append((cmd.op, gate._readers))
+            if cmd.op == "profiler":
+                return Reply(op="profiler", ok=True, profile_s=3.5), 3.5
+            return Reply(op="kernels", ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01), 0.01
+
+    res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
+    phases = PhaseTimes()
+    _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, load_config(), gate)
+    assert seen == [("profiler", 0), ("kernels", 1)]
+    assert phases.profiler_start_s == 3.5 and phases.profile_s == 0.01
+    assert res.flags == []  # its own kernel ran: the flag set from the trials' call count is lifted
+    assert [k for k, *_ in gate.log] == ["shared"]
