@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from . import __version__
+from . import __version__, cpus
 from .config import Config
-from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
+from .executor import (SESSIONS_PER_SLOT, sessions_per_slot, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
                        LocalExecutor, problem_key)
 from .problems import DEFAULT_ROOTS, Problem, discover, find_problem
 from .records import EvalResult
@@ -391,13 +391,15 @@ class BatchSummary:
 class Pipeline:
     def __init__(self, items: list[Item], cfg: Config, executor: Executor, device: str, size: str,
                  dtype: Optional[str], results: ResultsFile, events: EventLog, summary: BatchSummary,
-                 console, verbose: bool, compile_env: dict[str, str]):
+                 console, verbose: bool, compile_env: dict[str, str], background_cpus: Optional[set[int]] = None):
         self.items, self.cfg, self.ex = items, cfg, executor
         self.device, self.size, self.dtype = device, size, dtype
         self.results, self.events, self.summary = results, events, summary
         self.console, self.verbose = console, verbose
         self.compile_env = compile_env
-        self.max_sessions = SESSIONS_PER_SLOT  # mirrors the slots' own LRU of reference sessions
+        self.background_cpus = background_cpus
+        # mirrors the slots' own LRU of reference sessions
+        self.max_sessions = max(sessions_per_slot(s.concurrency) for s in executor.slots) if executor.slots else SESSIONS_PER_SLOT
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
@@ -541,7 +543,7 @@ class Pipeline:
             task = CompileTask(index=it.index, solution=str(it.path), problem=it.problem, label=it.label,
                                cfg=self.cfg, device=self.device, size=self.size, dtype=self.dtype,
                                env=dict(self.compile_env), retry_import_on_device=self.device == "cuda",
-                               builds=it.builds)
+                               builds=it.builds, cpus=self.background_cpus)
             futures[self.ex.submit_compile(task)] = ("compile", it, None)
             self.compiling += 1
             self.building += it.builds
@@ -672,12 +674,17 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
                           f"{len(todo)} to go", highlight=False, soft_wrap=True)
         items = todo
 
-    workers, jobs = compile_plan(device, compile_workers)
+    background = None
+    if device == "cuda":  # a timing CPU per GPU, kept free of builds and standbys (cpus.py)
+        timing_cpus, background = cpus.plan(len(slots))
+        for s, c in zip(slots, timing_cpus):
+            s.timing_cpu, s.background_cpus = c, background
+    workers, jobs = compile_plan(device, compile_workers, len(background) if background else None)
     executor = LocalExecutor(slots, workers, size, dtype)
     compile_env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     results = ResultsFile(results_path)
     pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
-                    verbose or not console.is_terminal, compile_env)
+                    verbose or not console.is_terminal, compile_env, background)
 
     def on_term(*_):
         raise KeyboardInterrupt

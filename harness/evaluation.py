@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from . import __version__
+from . import __version__, cpus
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
 from .correctness import judge_trial, load_trial
@@ -114,7 +114,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     `gate`: the device slot's gate when several evaluations share it (sharing.py): untimed phases
     run beside other evaluations' phases, timing has the device to itself."""
     cfg = config or load_config()
-    gate = gate or SoloGate()
+    gate = gate or SoloGate(timing_cpu=cpus.plan(1)[0][0])
     waited0 = gate.waited
 
     def clock() -> float:  # phase times leave out waits at the gate (a neighbour being timed)
@@ -240,7 +240,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         def timed():
             nonlocal settled
-            with gate.exclusive():  # nothing else on this device or beside it while either side is timed
+            # nothing else on this device or beside it while either side is timed, and on a GPU both
+            # sides on the same host CPU (cpus.py)
+            with gate.exclusive(), cpus.pinned([cand.pid, ref.worker.pid],
+                                                gate.timing_cpu if device == "cuda" else None):
                 if standby is not None and device == "cpu":
                     # timed CPU rounds would share cores and memory bandwidth with the next candidate's
                     # start-up (begun in step 3); on a GPU it goes on, off the device's critical path
@@ -283,6 +286,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             # calls whose launching outlasted hold and flush, so part of it is inside their interval
             "cand_launch_leaked_calls": m.cand.leaked if device == "cuda" else None,
             "ref_launch_leaked_calls": m.ref.leaked if device == "cuda" else None,
+            "timing_cpu": gate.timing_cpu if device == "cuda" else None,  # both sides' host CPU (cpus.py)
             "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": cfg.timing.round_calls,
             "interleaved": True, "fresh_inputs_per_call": True, "warmup": cfg.timing.warmup,
             "target_rel_sem": cfg.timing.target_rel_sem, "budget_s": cfg.timing.budget_s,

@@ -39,6 +39,13 @@ from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
 SESSIONS_PER_SLOT = 2  # live reference sessions per device slot: bounds host and device memory
+
+
+def sessions_per_slot(concurrency: int) -> int:
+    """Live reference sessions a slot keeps: one per evaluation in flight and one more. Fewer, and
+    evaluations of a few problems interleaved on a shared slot keep evicting each other's reference
+    (21 reference starts of ~4 s each for 3 problems, seen with 4 lanes and 2 sessions)."""
+    return max(SESSIONS_PER_SLOT, concurrency + 1)
 # failures that a neighbour on a shared device can cause (its memory use, its load): re-run alone
 # (they fail fast; a timeout is not re-run: it would stall the slot for another timeouts.run_s, and a
 # neighbour cannot slow a forward by the ~100x a timeout takes)
@@ -53,6 +60,8 @@ class DeviceSlot:
     device: str                    # "cuda" | "cpu"
     env: dict[str, str] = field(default_factory=dict)
     concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
+    timing_cpu: Optional[int] = None  # the host CPU its timed processes run on (cpus.py)
+    background_cpus: Optional[set[int]] = None  # where its standbys start up; None: anywhere
 
 
 @dataclass
@@ -70,6 +79,7 @@ class CompileTask:
     # solution may touch CUDA at import time), not judged here
     retry_import_on_device: bool = False
     builds: bool = True  # has extensions to build; False: only read and parsed, no build child
+    cpus: Optional[set[int]] = None  # where the build child and its compilers run; None: anywhere
 
 
 @dataclass
@@ -152,7 +162,8 @@ def compile_item(task: CompileTask) -> CompileOutcome:
         with _source_lock:  # two threads must not write the same extracted file at once
             module = source_file(sol.code, sol.path, cache, sol.extracted)
         ext = extensions_dir(sol.code, task.device, cache)
-        reply, failure, log, cpu = compile_with_usage(module, ext, task.device, cfg.timeouts.compile_s, task.env)
+        reply, failure, log, cpu = compile_with_usage(module, ext, task.device, cfg.timeouts.compile_s, task.env,
+                                                      task.cpus)
         out.cpu_s = cpu
         built_ok = failure is None and reply is not None and reply.ok
         retry = task.retry_import_on_device and (
@@ -182,14 +193,15 @@ def _parses(code: str) -> bool:
     return True
 
 
-def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str]):
+def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str],
+                       cpus: Optional[set[int]] = None):
     """build.compile_solution, plus the CPU seconds of the child and everything it waited for (the
     compiler), at the lowest priority so that builds never slow an evaluation running beside them.
     Returns (reply, failure, log_tail, cpu_seconds)."""
     from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 
     setup = {"role": "compile", "solution_path": str(module), "device": device}
-    w = Worker(setup, env=child_env(ext, device, extra_env))
+    w = Worker(setup, env=child_env(ext, device, extra_env), cpus=cpus)
     _background(w.proc.pid)
     cpu = None
     try:
@@ -249,12 +261,12 @@ class SlotRuntime:
     `concurrency` evaluations run on it at once, each on its own thread, through its `DeviceGate`
     (sharing.py): their untimed phases overlap, their timing does not."""
 
-    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: int = SESSIONS_PER_SLOT,
+    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: Optional[int] = None,
                  concurrency: int = 1):
         self.slot, self.size, self.dtype = slot, size, dtype
-        self.max_sessions = max(1, max_sessions)
         self.concurrency = max(1, concurrency)
-        self.gate: DeviceGate = DeviceGate() if self.concurrency > 1 else SoloGate()
+        self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
+        self.gate: DeviceGate = (DeviceGate if self.concurrency > 1 else SoloGate)(timing_cpu=self.slot.timing_cpu)
         self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key
         self._users: Counter = Counter()    # id(session) -> evaluations holding it
         self._doomed: dict[int, object] = {}  # out of `sessions`, closed when the last holder is done
@@ -313,7 +325,7 @@ class SlotRuntime:
                 depth = cfg.batch.standby_workers if self.slot.device == "cuda" else 1
                 # evaluations that overlap each take one: keep one more started per evaluation
                 self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)),
-                                       depth + self.concurrency - 1)
+                                       depth + self.concurrency - 1, cpus=self.slot.background_cpus)
             return self.standby
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:
@@ -384,7 +396,7 @@ class LocalExecutor:
     thread per device slot, which owns that slot's reference sessions."""
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
-                 max_sessions: int = SESSIONS_PER_SLOT):
+                 max_sessions: Optional[int] = None):
         self.slots = slots
         self.compile_workers = max(1, compile_workers)
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")

@@ -24,6 +24,7 @@ from typing import Optional
 
 from pydantic import ValidationError
 
+from .cpus import restrict
 from .records import Command, Reply
 
 MAX_LINE_BYTES = 64 << 20
@@ -98,7 +99,9 @@ class Worker:
     """One child interpreter running `harness.worker` in a given role. Spawned without a setup, it
     preloads what a candidate needs and waits: `ready()`, then `start(setup)`."""
 
-    def __init__(self, setup: Optional[dict], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None):
+    def __init__(self, setup: Optional[dict], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None,
+                 cpus: Optional[set[int]] = None):
+        """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py)."""
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -114,6 +117,7 @@ class Worker:
             pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
             start_new_session=True, close_fds=True,
         )
+        restrict(self.proc.pid, cpus)
         for fd in (cmd_r, rep_w, out_w):
             os.close(fd)
         self._tail = _Tail(out_r)
@@ -248,6 +252,10 @@ class Worker:
         self._tail.join(timeout=2.0)
 
     @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
     def returncode(self) -> Optional[int]:
         return self.proc.poll()
 
@@ -276,10 +284,11 @@ class Standby:
     seconds themselves one replacement started per evaluation is not ready in time. Thread-safe: the
     evaluations sharing a device slot take from one Standby."""
 
-    def __init__(self, env: dict[str, str], depth: int = 1):
+    def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None):
         self.env = _early(env)
         self.depth = max(1, depth)
-        self.pool: deque[Worker] = deque(Worker(None, env=self.env) for _ in range(self.depth))
+        self.cpus = cpus  # where they start up: off the slot's timing CPU (cpus.py)
+        self.pool: deque[Worker] = deque(Worker(None, env=self.env, cpus=cpus) for _ in range(self.depth))
         self._lock = threading.Lock()
 
     @property
@@ -303,7 +312,7 @@ class Standby:
             cand = Worker(setup, env=env)
         with self._lock:
             while len(self.pool) < self.depth:
-                self.pool.append(Worker(None, env=self.env))
+                self.pool.append(Worker(None, env=self.env, cpus=self.cpus))
         return cand
 
     def settle(self, timeout: float) -> None:

@@ -28,7 +28,9 @@ from typing import Optional
 
 
 class DeviceGate:
-    def __init__(self, record: bool = False):
+    def __init__(self, record: bool = False, timing_cpu: Optional[int] = None):
+        # the host CPU both sides of a GPU timing run on (cpus.py); None: wherever they are
+        self.timing_cpu = timing_cpu
         self._cv = threading.Condition()
         self._readers = 0
         self._writer: Optional[int] = None      # thread id holding exclusive() or alone()

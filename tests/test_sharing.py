@@ -245,3 +245,36 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
     assert phases.profiler_start_s == 3.5 and phases.profile_s == 0.01
     assert res.flags == []  # its own kernel ran: the flag set from the trials' call count is lifted
     assert [k for k, *_ in gate.log] == ["shared"]
+
+
+def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
+    """cpus.plan: one timing CPU per slot from the top, its SMT siblings kept free too; builds and
+    standbys get the rest, unless that would leave them under half the machine. cpus.pinned moves a
+    process onto the timing CPU for the block and back after it."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import cpus
+    from harness.executor import DeviceSlot, SlotRuntime
+    smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731  (16 CPUs, 8 cores of 2 threads)
+    assert cpus.plan(1, list(range(16)), smt) == ([15], set(range(16)) - {7, 15})
+    assert cpus.plan(2, list(range(16)), smt) == ([15, 14], set(range(16)) - {6, 7, 14, 15})
+    timing, background = cpus.plan(1, [0, 1], lambda c: {0, 1})  # a 2-CPU VM: nothing to spare
+    assert timing == [1] and background is None
+    assert cpus.plan(3, [0, 1], lambda c: {c}) == ([1, 0, None], None)
+
+    allowed = sorted(os.sched_getaffinity(0))
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        before = os.sched_getaffinity(p.pid)
+        with cpus.pinned([p.pid, None], allowed[-1]):
+            assert os.sched_getaffinity(p.pid) == {allowed[-1]}
+        assert os.sched_getaffinity(p.pid) == before
+        with cpus.pinned([p.pid], None):  # no timing CPU (the CPU path): left alone
+            assert os.sched_getaffinity(p.pid) == before
+    finally:
+        p.kill()
+        p.wait()
+    # a slot keeps a reference session per evaluation in flight, and one more
+    assert SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=4), "full", None, concurrency=4).max_sessions == 5
