@@ -46,6 +46,8 @@ def sessions_per_slot(concurrency: int) -> int:
     evaluations of a few problems interleaved on a shared slot keep evicting each other's reference
     (21 reference starts of ~4 s each for 3 problems, seen with 4 lanes and 2 sessions)."""
     return max(SESSIONS_PER_SLOT, concurrency + 1)
+
+
 # failures that a neighbour on a shared device can cause (its memory use, its load): re-run alone
 # (they fail fast; a timeout is not re-run: it would stall the slot for another timeouts.run_s, and a
 # neighbour cannot slow a forward by the ~100x a timeout takes)
