@@ -399,7 +399,7 @@ class Pipeline:
         self.compile_env = compile_env
         self.background_cpus = background_cpus
         # mirrors the slots' own LRU of reference sessions
-        self.max_sessions = max(sessions_per_slot(s.concurrency) for s in executor.slots) if executor.slots else SESSIONS_PER_SLOT
+        self.max_sessions = max((sessions_per_slot(s.concurrency) for s in executor.slots), default=SESSIONS_PER_SLOT)
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
