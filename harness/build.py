@@ -69,26 +69,38 @@ def _deterministic(reply: CompileReply) -> bool:
             and not any(t in text for t in _TRANSIENT))
 
 
+def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
+    """(reply, log) of the compiler's rejection of this very source, if it was built before."""
+    try:
+        data = json.loads((ext_dir / FAILED_BUILD).read_text())
+        return CompileReply.model_validate(data["reply"]).model_copy(update={"seconds": 0.0}), data["log"]
+    except (ValueError, KeyError, OSError):
+        return None  # never failed, or unreadable: build (again)
+
+
+def remember_failure(ext_dir: Path, reply: CompileReply, log: str) -> None:
+    """Keep a build's failure for the next build of the same source, if it says something about it."""
+    if _deterministic(reply):
+        remembered = ext_dir / FAILED_BUILD
+        tmp = remembered.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"reply": reply.model_dump(), "log": log}))
+        os.replace(tmp, remembered)
+
+
 def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,
                      extra_env: Optional[dict[str, str]] = None) -> tuple[Optional[CompileReply], Optional[str], str]:
-    """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came."""
-    remembered = ext_dir / FAILED_BUILD
-    if remembered.exists():
-        try:
-            data = json.loads(remembered.read_text())
-            return CompileReply.model_validate(data["reply"]).model_copy(update={"seconds": 0.0}), None, data["log"]
-        except (ValueError, KeyError, OSError):
-            pass  # unreadable: build again
+    """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came.
+    (A batch builds through executor.compile_with_usage, which does the same at idle priority.)"""
+    known = remembered_failure(ext_dir)
+    if known is not None:
+        return known[0], None, known[1]
     setup = {"role": "compile", "solution_path": str(module_path), "device": device}
     w = Worker(setup, env=child_env(ext_dir, device, extra_env))
     try:
         try:
             line = w.wait_json(timeout)
             reply, log = CompileReply.model_validate_json(line), w.log_tail()
-            if _deterministic(reply):
-                tmp = remembered.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps({"reply": reply.model_dump(), "log": log}))
-                os.replace(tmp, remembered)
+            remember_failure(ext_dir, reply, log)
             return reply, None, log
         except WorkerTimeout:
             w.kill()

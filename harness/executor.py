@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
-from .build import child_env
+from .build import child_env, remember_failure, remembered_failure
 from .config import Config
 from .isolation import Standby
 from .problems import Problem
@@ -202,6 +202,9 @@ def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, ext
     Returns (reply, failure, log_tail, cpu_seconds)."""
     from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 
+    known = remembered_failure(ext)
+    if known is not None:
+        return known[0], None, known[1], 0.0
     setup = {"role": "compile", "solution_path": str(module), "device": device}
     w = Worker(setup, env=child_env(ext, device, extra_env), cpus=cpus)
     _background(w.proc.pid)
@@ -209,9 +212,10 @@ def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, ext
     try:
         try:
             line = w.wait_json(timeout)
-            reply = CompileReply.model_validate_json(line)
+            reply, log = CompileReply.model_validate_json(line), w.log_tail()
+            remember_failure(ext, reply, log)
             cpu = _reap_cpu(w.proc.pid)
-            return reply, None, w.log_tail(), cpu
+            return reply, None, log, cpu
         except WorkerTimeout:
             w.kill()
             return None, "timeout", w.log_tail(), cpu

@@ -425,6 +425,23 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
     assert build._deterministic(first) and not build._deterministic(killed)
 
 
+def test_a_batch_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypatch):
+    """The same memory on the batch's build path (executor.compile_with_usage, at idle priority)."""
+    import harness.build as build
+    import harness.isolation as isolation
+    from harness.executor import compile_with_usage
+    src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
+    ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
+    first, failure, log, cpu = compile_with_usage(src, ext, "cpu", 300, {})
+    assert failure is None and first.category == "compile_error" and (ext / build.FAILED_BUILD).exists()
+
+    def no_compiler(*a, **k):
+        raise AssertionError("a compiler was started for a build already known to fail")
+    monkeypatch.setattr(isolation, "Worker", no_compiler)
+    again, failure, log2, cpu2 = compile_with_usage(src, ext, "cpu", 300, {})
+    assert failure is None and again.error == first.error and log2 == log and cpu2 == 0.0
+
+
 def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatch):
     """launch_hold_unavailable (no hold kernel on this machine) comes from the reference's process,
     which runs no solution code; a candidate claiming it cannot put the flag on its own record."""
