@@ -36,8 +36,8 @@ from typing import Iterable, Optional
 
 from . import __version__, cpus
 from .config import Config
-from .executor import (SESSIONS_PER_SLOT, sessions_per_slot, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
-                       LocalExecutor, problem_key)
+from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
+                       LocalExecutor, problem_key, sessions_per_slot)
 from .problems import DEFAULT_ROOTS, Problem, discover, find_problem
 from .records import EvalResult
 
@@ -391,15 +391,17 @@ class BatchSummary:
 class Pipeline:
     def __init__(self, items: list[Item], cfg: Config, executor: Executor, device: str, size: str,
                  dtype: Optional[str], results: ResultsFile, events: EventLog, summary: BatchSummary,
-                 console, verbose: bool, compile_env: dict[str, str], background_cpus: Optional[set[int]] = None):
+                 console, verbose: bool, compile_env: dict[str, str]):
         self.items, self.cfg, self.ex = items, cfg, executor
         self.device, self.size, self.dtype = device, size, dtype
         self.results, self.events, self.summary = results, events, summary
         self.console, self.verbose = console, verbose
         self.compile_env = compile_env
-        self.background_cpus = background_cpus
+        # builds keep off the slots' timing CPUs, like their standbys (cpus.py)
+        self.background_cpus = next((s.background_cpus for s in executor.slots), None)
         # mirrors the slots' own LRU of reference sessions
-        self.max_sessions = max((sessions_per_slot(s.concurrency) for s in executor.slots), default=SESSIONS_PER_SLOT)
+        self.max_sessions = max((sessions_per_slot(s.concurrency) for s in executor.slots),
+                                default=SESSIONS_PER_SLOT)
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
@@ -602,7 +604,7 @@ def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int
     among all), leaving every evaluation for the end; this way they finish in waves, each wave
     evaluated while the next one builds."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = len(cpus.available()) or os.cpu_count() or 1
     jobs = max(1, int(os.environ.get("MAX_JOBS") or (2 if device == "cuda" else 1)))
     return workers or max(1, cores // jobs), jobs
 
@@ -684,7 +686,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     compile_env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     results = ResultsFile(results_path)
     pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
-                    verbose or not console.is_terminal, compile_env, background)
+                    verbose or not console.is_terminal, compile_env)
 
     def on_term(*_):
         raise KeyboardInterrupt

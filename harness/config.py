@@ -64,8 +64,8 @@ class Timing(BaseModel):
     # module's forward) leaked into the interval and spread a 0.34 ms matmul's median 4.2% over 5
     # runs, and a fixed hold shorter than a forward's launching leaves a remainder of it inside the
     # interval, different on each side (bench/results/fidelity-NVIDIA_H200.md, sessions 5-6).
-    # "auto": twice the reference's launch time, measured in the warm-up round, + 50 us; a number:
-    # that many us; 0: none.
+    # "auto": twice the reference's launch time for one call (hold, flush and forward launched),
+    # measured in the warm-up round, + 50 us; a number: that many us; 0: none.
     launch_hold_us: Union[Literal["auto"], float] = "auto"
     launch_hold_max_us: float = 5000.0
     cpu_min_calls: int = 5

@@ -398,8 +398,9 @@ class SlotRuntime:
 
 
 class LocalExecutor:
-    """Compiles on a thread pool of `compile_workers` (each build is its own child process); one
-    thread per device slot, which owns that slot's reference sessions."""
+    """Compiles on a thread pool of `compile_workers` (each build is its own child process); a
+    thread per evaluation a device slot may run at once, and the slot's SlotRuntime owning its
+    reference sessions."""
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
                  max_sessions: Optional[int] = None):

@@ -43,7 +43,6 @@ def _hold_kernel():
     hidden inside the hold. torch.cuda._sleep is a single thread and would leave the GPU free for
     exactly that; torch's own elementwise kernels are register-bound below full occupancy."""
     import triton
-    import triton.language as tl
     from triton.language.extra.cuda import globaltimer
 
     @triton.jit(do_not_specialize=["ns"])
@@ -292,7 +291,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     end = Event(enable_timing=True) if cuda else None
 
     def report() -> dict:  # the lists as filled so far
-        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch, "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
+        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
+                "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
                 "l2_reset": reset_l2 is not None}
 
