@@ -62,6 +62,16 @@ def describe_exit(code: Optional[int]) -> str:
     return f"exit code {code}"
 
 
+def _widen(fd: int) -> None:
+    """A 1 MB pipe buffer where the system allows it (64 KB by default): fewer wake-ups per trial."""
+    try:
+        import fcntl
+        size = min(1 << 20, int(open("/proc/sys/fs/pipe-max-size").read()))
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (OSError, ValueError, ImportError):
+        pass
+
+
 class _Tail(threading.Thread):
     """Drains a pipe and keeps the last LOG_TAIL_BYTES, counting the rest."""
 
@@ -104,6 +114,7 @@ class Worker:
         """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py)."""
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
+        _widen(self._rep_r)
         out_r, out_w = os.pipe()
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONUNBUFFERED"] = "1"
@@ -173,15 +184,37 @@ class Worker:
             raise WorkerProtocolError(f"reply for {reply.op!r} received while waiting for {op!r}")
         if sum(reply.blob_sizes) > MAX_BLOB_BYTES or any(n < 0 for n in reply.blob_sizes):
             raise WorkerProtocolError("worker reply exceeds the size limit")
-        reply.blobs = [self._read_until(deadline, lambda n=n: n if len(self._buf) >= n else -1, n, exact=True)
-                       for n in reply.blob_sizes]
+        reply.blobs = [self._read_exact(deadline, n) for n in reply.blob_sizes]
         return reply
 
     def wait_json(self, timeout: float) -> bytes:
         """One raw reply line (the compile role answers with its own record)."""
         return self._read_until(time.perf_counter() + timeout, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
 
-    def _read_until(self, deadline: float, ready_at, limit: int, exact: bool = False) -> bytes:
+    def _read_exact(self, deadline: float, n: int) -> bytearray:
+        """The next `n` bytes, read straight into one buffer (payload.decode maps tensors on it):
+        trials ship hundreds of MB, and appending to and slicing a growing buffer cost more than
+        the pipe itself (6.1 s against 1.7 s for 960 MB, measured on a 2-core machine)."""
+        frame = bytearray(n)
+        view = memoryview(frame)
+        have = min(n, len(self._buf))
+        view[:have] = self._buf[:have]
+        del self._buf[:have]
+        while have < n:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise WorkerTimeout()
+            ready, _, _ = select.select([self._rep_r], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            got = os.readv(self._rep_r, [view[have:]])
+            if not got:
+                code = self._wait_exit(5.0)
+                raise WorkerDied(f"worker died: {describe_exit(code)}", code)
+            have += got
+        return frame
+
+    def _read_until(self, deadline: float, ready_at, limit: int) -> bytes:
         """Read until ready_at() >= 0 (the end offset of the frame); return the frame."""
         while (end := ready_at()) < 0:
             left = deadline - time.perf_counter()
@@ -197,8 +230,8 @@ class Worker:
             self._buf += data
             if len(self._buf) > limit + (1 << 22):
                 raise WorkerProtocolError("worker reply exceeds the size limit")
-        frame = self._buf[:end] if exact else bytes(self._buf[:end])  # a blob stays a bytearray (payload.decode maps it)
-        del self._buf[:end if exact else end + 1]
+        frame = bytes(self._buf[:end])
+        del self._buf[:end + 1]
         return frame
 
     def _wait_exit(self, timeout: float) -> Optional[int]:

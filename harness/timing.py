@@ -30,7 +30,8 @@ def pin(torch) -> None:
     module is imported: rebinding `torch.sum`, `torch.cuda.synchronize` or `time.perf_counter`
     afterwards (to skip the flush or the final sync) does not reach the loop. The host-clock checks
     in the parent remain the defence against anything subtler."""
-    _PINNED.update(sum=torch.sum, zeros=torch.zeros, empty=torch.empty, perf_counter=time.perf_counter)
+    _PINNED.update(sum=torch.sum, zeros=torch.zeros, empty=torch.empty, perf_counter=time.perf_counter,
+                   clone=torch.clone, equal=torch.equal)  # the last two: worker.trials' input check
     if torch.cuda.is_available():
         _PINNED.update(synchronize=torch.cuda.synchronize, Event=torch.cuda.Event)
         _PINNED["hold"] = _gpu_hold(torch)

@@ -289,10 +289,12 @@ class Runner:
         torch = self.torch
         blobs = []
         seen: dict = {}
+        from .timing import _PINNED
+        clone = _PINNED.get("clone", torch.clone)  # taken before the solution's import (timing.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
-            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.role == "reference" else None
+            pristine = [clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
             calls_before = self.ext_calls[0]
             with torch.no_grad():
                 out = self.forward(inputs)
@@ -300,11 +302,14 @@ class Runner:
                 torch.cuda.synchronize()
             if i == 0 and self.role == "candidate":
                 seen["custom_calls"] = self.ext_calls[0] - calls_before
-            record = {"out": _to_cpu(torch, out), "inputs_after": _to_cpu(torch, inputs),
-                      "out_meta": _out_meta(torch, out)}
-            if pristine is not None and not _same_inputs(torch, pristine, inputs):
-                # only when the reference itself changes its inputs; otherwise inputs_after are the
-                # pristine inputs, and shipping them twice would double the payload
+            record = {"out": _to_cpu(torch, out), "out_meta": _out_meta(torch, out)}
+            changed = not _same_inputs(torch, pristine, inputs)
+            # The reference's inputs after the call are the yardstick for a candidate that changes
+            # its own (the pristine ones too when it changes them). A candidate's are shipped only
+            # when they changed: they are as big as its outputs, and most forwards never touch them.
+            if self.role == "reference" or changed:
+                record["inputs_after"] = _to_cpu(torch, inputs)
+            if self.role == "reference" and changed:
                 record["inputs_before"] = _to_cpu(torch, pristine)
             blobs.append(payload.encode(torch, record))
             del out, inputs, pristine
@@ -409,8 +414,10 @@ def _to_cpu(torch, obj):
 
 
 def _same_inputs(torch, a: list, b: list) -> bool:
+    from .timing import _PINNED
+    equal = _PINNED.get("equal", torch.equal)
     for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and not torch.equal(x, y):
+        if isinstance(x, torch.Tensor) and not equal(x, y):
             return False
     return True
 
