@@ -597,16 +597,17 @@ def _kill_children() -> None:
 
 
 def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int] = None) -> tuple[int, int]:
-    """(parallel builds, compiler jobs per build). One compiler per core: builds run at SCHED_IDLE
-    priority (executor._background), so they only take CPU that evaluations leave idle. A CUDA
-    extension compiles its two sources (.cpp, .cu) at once, so half as many builds as cores. More
-    builds would not finish sooner in total, and would all end late together (the cores shared
-    among all), leaving every evaluation for the end; this way they finish in waves, each wave
-    evaluated while the next one builds."""
+    """(parallel builds, compiler jobs per build). As many builds as cores, at SCHED_IDLE priority
+    (executor._background), so they only take CPU that evaluations leave idle. A CUDA extension
+    compiles its .cpp and its .cu at once (2 jobs), but not for long: on an H200 machine's 16 cores,
+    ninja's logs show the .cpp done in 22-26 s and the .cu taking 60-70 s alone. Half as many builds
+    as cores left half the cores idle for most of each build, in two slow waves (cold batch 165 and
+    178 s, against 149 s with every build started at once; bench/results/throughput-cuda.md). With a
+    build per core the cores stay full and the builds end together, near the CPU floor."""
     if cores is None:
         cores = len(cpus.available()) or os.cpu_count() or 1
     jobs = max(1, int(os.environ.get("MAX_JOBS") or (2 if device == "cuda" else 1)))
-    return workers or max(1, cores // jobs), jobs
+    return workers or cores, jobs
 
 
 def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,

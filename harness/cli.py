@@ -161,8 +161,7 @@ def problems_check(names, problems_dir, device, size, config_path, jobs, as_json
 @click.option("--label", default=None, help="Submitter label for every solution (default: top folder under PATH).")
 @click.option("--gpus", default=None, help="GPU indices to use, e.g. 0,1 (default: all).")
 @click.option("--compile-workers", type=int, default=None,
-              help="Parallel builds (default: one compiler per core: half the cores on CUDA, whose "
-                   "extensions compile two sources at once; builds run at idle priority).")
+              help="Parallel builds (default: one per core; builds run at idle priority).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON on stdout.")

@@ -364,14 +364,14 @@ def test_gpu_slots_pin_each_gpu(monkeypatch):
         b.make_slots("cuda", None)
 
 
-def test_compile_plan_keeps_one_compiler_per_core(monkeypatch):
-    """A CUDA extension compiles two sources at once: half as many builds as cores, two jobs each,
-    so builds finish in waves instead of all late together. MAX_JOBS and --compile-workers win."""
+def test_compile_plan_starts_a_build_per_core(monkeypatch):
+    """A build per core, two compiler jobs each for a CUDA extension (.cpp and .cu at once; the .cu
+    alone most of the time), so the cores stay full. MAX_JOBS and --compile-workers win."""
     from harness.batch import compile_plan
     monkeypatch.delenv("MAX_JOBS", raising=False)
-    assert compile_plan("cuda", cores=16) == (8, 2)
+    assert compile_plan("cuda", cores=16) == (16, 2)
     assert compile_plan("cpu", cores=2) == (2, 1)
     assert compile_plan("cuda", cores=1) == (1, 2)
     assert compile_plan("cuda", workers=3, cores=16) == (3, 2)
     monkeypatch.setenv("MAX_JOBS", "4")
-    assert compile_plan("cuda", cores=16) == (4, 4)
+    assert compile_plan("cuda", cores=16) == (16, 4)
