@@ -113,7 +113,6 @@ class EvalOutcome:
     record: Optional[EvalResult] = None
     error: Optional[str] = None
     problem_failed: bool = False            # the reference itself failed: no verdict for anyone
-    reference_started: bool = False
     busy_s: float = 0.0
 
 
@@ -294,11 +293,15 @@ class SlotRuntime:
                     old = self.sessions.pop(idle.pop(0))
                     self._doomed[id(old)] = old
                 s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype,
-                                     env_extra=dict(self.slot.env))
+                                     env_extra=dict(self.slot.env), on_start=self._count_start)
                 self.sessions[key] = s
             self._users[id(s)] += 1
         self._close_doomed()
         return s
+
+    def _count_start(self) -> None:
+        with self._lock:
+            self.references_started += 1
 
     def _release(self, key: str, session, drop: bool) -> None:
         """An evaluation is done with `session`; `drop`: it is not to be reused (closed once no
@@ -342,8 +345,9 @@ class SlotRuntime:
         out = EvalOutcome(index=task.index, slot=self.slot.name)
         key = problem_key(task.problem)
         session = self._session(task.problem, task.cfg)
-        had_outputs = session.trials is not None
         standby = self._standby(task.cfg)
+        if session.worker is None and session.standby is None:
+            session.standby = standby  # its reference starts from there too (isolation.Standby.take)
         drop = False
 
         def run():
@@ -379,10 +383,6 @@ class SlotRuntime:
             drop = True
         finally:
             self._release(key, session, drop)
-        out.reference_started = not had_outputs and session.trials is not None
-        if out.reference_started:
-            with self._lock:
-                self.references_started += 1
         out.busy_s = time.perf_counter() - t0
         return out
 

@@ -311,6 +311,11 @@ def _early(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in LATE_ENV}
 
 
+def _dumpable_ok(env: dict[str, str]) -> dict[str, str]:
+    """`env` without the reference's request not to be dumpable, which every standby honours already."""
+    return {k: v for k, v in env.items() if k != "HARNESS_NONDUMPABLE"}
+
+
 class Standby:
     """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
     each needs seconds to start (interpreter, torch import), and once evaluations take only a few
@@ -330,9 +335,12 @@ class Standby:
         return self.pool[0] if self.pool else None
 
     def take(self, setup: dict, env: dict[str, str], timeout: float) -> Worker:
-        """A candidate worker for `setup`, as Worker(setup, env=env) would give: the oldest idle one
-        when `env` matches (a fresh one if it died meanwhile), its replacement started at once."""
-        if setup.get("role") != "candidate" or _early(env) != self.env:
+        """A candidate or reference worker for `setup`, as Worker(setup, env=env) would give: the
+        oldest idle one when `env` matches (a fresh one if it died meanwhile), its replacement started
+        at once. A standby is not dumpable from its start, as a reference must be (HARNESS_NONDUMPABLE),
+        and has run nothing but the harness's imports, so either role may have it: a reference then
+        starts in about a second instead of four (the torch import), under the slot's gate."""
+        if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
             return Worker(setup, env=env)
         with self._lock:
             idle = self.pool.popleft() if self.pool else None

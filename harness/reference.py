@@ -11,12 +11,12 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .build import child_env
 from .config import Config
 from .correctness import TrialData, load_trial
-from .isolation import Worker
+from .isolation import Standby, Worker
 from .problems import Problem
 from .records import Command, EnvInfo
 
@@ -79,6 +79,8 @@ class ReferenceSession:
     # evaluations sharing a device slot share its sessions: one request to the worker at a time
     # (timing needs none: it has the slot to itself)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    on_start: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)  # a batch's count
+    standby: Optional[Standby] = field(default=None, repr=False, compare=False)  # a batch slot's started processes
 
     def __post_init__(self) -> None:
         meta = read_meta(self.problem)
@@ -95,11 +97,15 @@ class ReferenceSession:
         """A reference worker for this problem; its memory and fds are closed to other processes."""
         env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
                         {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
+        if self.standby is not None:
+            return self.standby.take(self.setup_dict("reference"), env, self.cfg.timeouts.problem_s)
         return Worker(self.setup_dict("reference"), env=env)
 
     def start(self) -> None:
         """Spawn the reference, build Model, compute the trial outputs once."""
         with self.lock:
+            if self.worker is None and self.on_start is not None:
+                self.on_start()  # once per process started, however many evaluations waited on it
             self._start()
 
     def _start(self) -> None:

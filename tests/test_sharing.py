@@ -278,3 +278,38 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
         p.wait()
     # a slot keeps a reference session per evaluation in flight, and one more
     assert SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=4), "full", None, concurrency=4).max_sessions == 5
+
+
+def test_a_reference_started_once_is_counted_once(monkeypatch):
+    """Evaluations of one problem that start together on a slot share one reference process, and
+    the slot counts one start (it counted every evaluation that waited on it: 12-15 "starts" for 3
+    problems in the GPU throughput bench)."""
+    import harness.evaluation as ev
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.records import EvalResult, Status
+    from harness.reference import ReferenceSession
+
+    spawned = []
+
+    def fake_start(self):
+        if self.worker is None:
+            time.sleep(0.3)  # long enough for the others to queue on the session's lock
+            spawned.append(self.problem.name)
+            self.worker, self.trials = object(), []
+
+    def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
+        reference.start()
+        return EvalResult(problem=problem.name, solution=solution, status=Status.passed)
+
+    monkeypatch.setattr(ReferenceSession, "_start", fake_start)
+    monkeypatch.setattr(ReferenceSession, "close", lambda self: None)
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {}, concurrency=3), "small", None, None, 3)
+    with ThreadPoolExecutor(3) as pool:
+        outs = list(pool.map(rt.evaluate, [EvalTask(i, f"s{i}", prob, None, cfg, None) for i in range(3)]))
+    assert all(o.record.status == Status.passed for o in outs)
+    assert spawned == ["relu_add"] and rt.references_started == 1
+    rt.close()

@@ -81,10 +81,11 @@ def test_standby_falls_back_to_a_fresh_worker(standby, tmp_path):
     assert _ext_seen(w) == str(tmp_path / "ext")
     assert sb.idle is not dead and sb.idle.ready(120)
 
-    # another environment (another GPU), or another role: a fresh worker, and the idle one is kept
+    # another environment (another GPU), or a role a standby never takes: a fresh worker, and the
+    # idle one is kept
     idle = sb.idle
     for s, e in ((setup, child_env(tmp_path / "ext", "cpu", {"CUDA_VISIBLE_DEVICES": "1"})),
-                 ({**setup, "role": "reference"}, env)):
+                 ({**setup, "role": "compile"}, env)):
         w = sb.take(s, e, 120)
         taken.append(w)
         assert w is not idle and w.preloaded is None and sb.idle is idle
@@ -140,3 +141,29 @@ def test_slot_keeps_one_standby_and_closes_it():
     finally:
         rt.close()
     assert rt.standby is None and last.returncode is not None
+
+
+def test_a_reference_starts_from_the_standby_with_the_same_outputs(standby):
+    """A slot's reference takes a standby too (torch already imported: a second instead of four on a
+    GPU machine), despite asking not to be dumpable, which a standby is from its start; its trial
+    outputs are those of a reference started fresh."""
+    from harness.problems import find_problem
+    from harness.reference import ReferenceSession
+    sb, _ = standby()
+    idle = sb.idle
+    cfg = make_config(device="cpu")
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    a = ReferenceSession(prob, cfg, "cpu", "small", None, standby=sb)
+    b = ReferenceSession(prob, cfg, "cpu", "small", None)
+    b.plan = a.plan  # the same seeds
+    try:
+        a.start()
+        b.start()
+        assert a.worker is idle and a.worker.preloaded is not None and b.worker.preloaded is None
+        assert len(a.trials) == len(b.trials) > 0
+        for x, y in zip(a.trials, b.trials):
+            assert torch.equal(x.out, y.out) and all(torch.equal(p, q) for p, q in zip(x.inputs_after, y.inputs_after))
+        assert sb.idle is not idle  # replaced at once
+    finally:
+        a.close()
+        b.close()
