@@ -1,11 +1,12 @@
 """The host CPU that a device slot's timed processes run on.
 
 The two sides of a comparison are timed in their own processes, one round after the other. Left to
-the scheduler, each process keeps the CPU it started on: when one of them shares a physical core
-(SMT) with a busy compiler or a standby importing torch, its host work per call runs about 30%
-slower than the other's for the whole measurement, and the host-clock checks
-(timing.clock_checks) read that difference as hidden time. Seen on an H200 machine: 2 honest
-solutions of 78 rejected, identical code on both sides in one of them.
+the scheduler, each runs wherever it lands, beside compilers and standbys importing torch (or on
+their SMT siblings, where the machine has SMT), and the host-clock checks (timing.clock_checks) read
+a persistent difference in host work per call between the two as hidden time. Seen on an H200
+machine without this: 2 honest solutions of 78 rejected, identical code on both sides in one of them,
+0.56-0.62 ms more host time per call on the candidate's side in every round; with it, 0 of 273 since
+(bench/results/throughput-cuda.md; that machine has no SMT, so the cause was not the siblings).
 
 So each GPU slot has one timing CPU. Both sides' main threads are moved onto it for the timing
 phase (they never run at once there: rounds alternate, and the gate stops everything else of the

@@ -6,8 +6,9 @@ JSON lines. The child's stdout and stderr are merged into a third pipe that a th
 only the tail: a solution that prints 100 MB costs a little CPU and nothing else, and nothing printed
 is ever parsed. A reply that is missing, malformed or too large is a failure, never a pass.
 
-A `Standby` keeps one candidate child started ahead of need: it has paid for the interpreter and the
-torch import while the previous candidate was still running, and waits for its setup line.
+A `Standby` keeps children started ahead of need, for candidates and a batch slot's references: each
+has paid for the interpreter and the torch import while the previous candidate was still running, and
+waits for its setup line.
 """
 from __future__ import annotations
 
