@@ -202,38 +202,39 @@ class Worker:
         view[:have] = self._buf[:have]
         del self._buf[:have]
         while have < n:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise WorkerTimeout()
-            ready, _, _ = select.select([self._rep_r], [], [], min(left, 1.0))
-            if not ready:
-                continue
+            self._readable(deadline)
             got = os.readv(self._rep_r, [view[have:]])
             if not got:
-                code = self._wait_exit(5.0)
-                raise WorkerDied(f"worker died: {describe_exit(code)}", code)
+                raise self._died()
             have += got
         return frame
 
     def _read_until(self, deadline: float, ready_at, limit: int) -> bytes:
         """Read until ready_at() >= 0 (the end offset of the frame); return the frame."""
         while (end := ready_at()) < 0:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise WorkerTimeout()
-            ready, _, _ = select.select([self._rep_r], [], [], min(left, 1.0))
-            if not ready:
-                continue
+            self._readable(deadline)
             data = os.read(self._rep_r, 1 << 22)
             if not data:
-                code = self._wait_exit(5.0)
-                raise WorkerDied(f"worker died: {describe_exit(code)}", code)
+                raise self._died()
             self._buf += data
             if len(self._buf) > limit + (1 << 22):
                 raise WorkerProtocolError("worker reply exceeds the size limit")
         frame = bytes(self._buf[:end])
         del self._buf[:end + 1]
         return frame
+
+    def _readable(self, deadline: float) -> None:
+        """Until the reply pipe has data (or its end), or WorkerTimeout at the deadline."""
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise WorkerTimeout()
+            if select.select([self._rep_r], [], [], min(left, 1.0))[0]:
+                return
+
+    def _died(self) -> WorkerDied:
+        code = self._wait_exit(5.0)
+        return WorkerDied(f"worker died: {describe_exit(code)}", code)
 
     def _wait_exit(self, timeout: float) -> Optional[int]:
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
 import socket
 import sys
 import time
