@@ -598,7 +598,7 @@ def _kill_children() -> None:
 
 def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int] = None) -> tuple[int, int]:
     """(parallel builds, compiler jobs per build). As many builds as cores, at SCHED_IDLE priority
-    (executor._background), so they only take CPU that evaluations leave idle. A CUDA extension
+    (build._background), so they only take CPU that evaluations leave idle. A CUDA extension
     compiles its .cpp and its .cu at once (2 jobs), but not for long: on an H200 machine's 16 cores,
     ninja's logs show the .cpp done in 22-26 s and the .cu taking 60-70 s alone. Half as many builds
     as cores left half the cores idle for most of each build, in two slow waves (cold batch 165 and

@@ -20,7 +20,6 @@ picklable data and the work functions below carry no state but the slot's sessio
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
-from .build import child_env, remember_failure, remembered_failure
+from .build import build_child, child_env
 from .config import Config
 from .isolation import Standby
 from .problems import Problem
@@ -196,62 +195,9 @@ def _parses(code: str) -> bool:
 
 def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str],
                        cpus: Optional[set[int]] = None):
-    """build.compile_solution, plus the CPU seconds of the child and everything it waited for (the
-    compiler), at the lowest priority so that builds never slow an evaluation running beside them.
+    """A batch's build: build.build_child at idle priority, with its CPU seconds.
     Returns (reply, failure, log_tail, cpu_seconds)."""
-    from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
-
-    known = remembered_failure(ext)
-    if known is not None:
-        return known[0], None, known[1], 0.0
-    setup = {"role": "compile", "solution_path": str(module), "device": device}
-    w = Worker(setup, env=child_env(ext, device, extra_env), cpus=cpus)
-    _background(w.proc.pid)
-    cpu = None
-    try:
-        try:
-            line = w.wait_json(timeout)
-            reply, log = CompileReply.model_validate_json(line), w.log_tail()
-            remember_failure(ext, reply, log)
-            cpu = _reap_cpu(w.proc.pid)
-            return reply, None, log, cpu
-        except WorkerTimeout:
-            w.kill()
-            return None, "timeout", w.log_tail(), cpu
-        except (WorkerDied, WorkerProtocolError, ValueError) as e:
-            return None, f"died: {e}", w.log_tail(), _reap_cpu(w.proc.pid, wait=0.5)
-    finally:
-        w.close()
-
-
-def _background(pid: int) -> None:
-    """Builds take only CPU that evaluations leave idle (SCHED_IDLE, else nice 19), so a build beside
-    a timed run does not disturb its clocks. Inherited by ninja and the compiler."""
-    try:
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (OSError, AttributeError):
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, 19)
-    except (OSError, AttributeError):
-        pass
-
-
-def _reap_cpu(pid: int, wait: float = 10.0) -> Optional[float]:
-    """Wait for the child to exit (it does right after replying) and return its user+system CPU,
-    children included. Popen copes with a child reaped behind its back."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            got, _status, ru = os.wait4(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if got == pid:
-            return ru.ru_utime + ru.ru_stime
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.02)
+    return build_child(module, ext, device, timeout, extra_env, idle=True, cpus=cpus)
 
 
 def _charge_compile(rec: EvalResult, seconds: float) -> None:
