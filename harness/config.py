@@ -79,6 +79,12 @@ class Timing(BaseModel):
     # gaps into the events and overhead into the host clocks, on one side only
     max_runqueue_frac: float = 0.05
     min_rounds: int = 5
+    # GPU: the standard deviation of the offset a process adds to a small kernel's median, in us,
+    # whatever the number of calls (a fresh process's GPU context: measured about 0.1 us on an H200
+    # for 4 us and 23 us kernels, bench/diag/small_spread.py and process_bias.py). More calls in one
+    # process do not shrink it, so speedup_ci is widened by it, and `short_kernel` flags a speedup
+    # whose interval it widens by more than 1%. 0: off.
+    process_bias_us: float = 0.12
 
 
 class Hardening(BaseModel):
@@ -100,6 +106,9 @@ class Batch(BaseModel):
     # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
     # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
     standby_workers: int = 2
+    # a GPU slot's standbys also make their CUDA context and build the launch hold (worker._prime:
+    # 0.7 s of each candidate's load on an H200 machine), in the slot's untimed phases
+    prime_standbys: bool = True
     # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
     # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
     concurrent_evaluations: int = 4

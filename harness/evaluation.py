@@ -32,7 +32,7 @@ from .reference import ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import clock_checks, gpu_summary, measure, ratio_ci, summarize
+from .timing import clock_checks, gpu_summary, measure, ratio_ci, summarize, widen_for_process_bias
 
 
 class Failure(Exception):
@@ -334,6 +334,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
         res.speedup_ci = ratio_ci(m.ref.times, m.cand.times, seed=ref.rng.getrandbits(32))
+        if device == "cuda" and res.speedup:
+            res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
+                                                              res.runtime_ms, cfg.timing.process_bias_us)
+            res.timing_method["process_bias_rel"] = round(bias_rel, 5)
+            if 1.96 * bias_rel > 0.01:
+                res.flags.append("short_kernel")
         res.status = Status.passed
         if res.speedup and res.speedup > cfg.hardening.max_speedup:
             with gate.shared():

@@ -279,8 +279,10 @@ class SlotRuntime:
             if cfg.batch.standby_workers and self.standby is None:
                 depth = cfg.batch.standby_workers if self.slot.device == "cuda" else 1
                 # evaluations that overlap each take one: keep one more started per evaluation
+                prime = self.slot.device if self.slot.device == "cuda" and cfg.batch.prime_standbys else None
                 self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)),
-                                       depth + self.concurrency - 1, cpus=self.slot.background_cpus)
+                                       depth + self.concurrency - 1, cpus=self.slot.background_cpus,
+                                       prime=prime, gate=self.gate, timeout=cfg.timeouts.load_s)
             return self.standby
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:

@@ -137,6 +137,7 @@ class Worker:
         self._buf = bytearray()
         self.stopped = False
         self.preloaded: Optional[Reply] = None  # a standby's first line: imports done, what it holds
+        self.primed: Optional[Reply] = None     # its second, if asked for (prime): CUDA and pinning done
         if setup is not None:
             self._send_line(json.dumps(setup))
 
@@ -149,6 +150,19 @@ class Worker:
                 self.preloaded = self.wait_reply("standby", timeout)
             except (WorkerTimeout, WorkerDied, WorkerProtocolError):
                 return False
+        return True
+
+    def prime(self, device: str, timeout: float) -> bool:
+        """A ready() standby: make its CUDA context and pin the timing primitives now (worker._prime),
+        so that its candidate's load does not. It runs GPU work: call it only where no timing runs
+        (Standby does, under its gate). False when it died or hung meanwhile."""
+        if not self.standby or self.preloaded is None or self.primed is not None:
+            raise RuntimeError("prime() is for a ready standby worker, once")
+        self._send_line(json.dumps({"op": "prime", "device": device}))
+        try:
+            self.primed = self.wait_reply("prime", timeout)
+        except (WorkerTimeout, WorkerDied, WorkerProtocolError):
+            return False
         return True
 
     def start(self, setup: dict) -> None:
@@ -322,14 +336,73 @@ class Standby:
     """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
     each needs seconds to start (interpreter, torch import), and once evaluations take only a few
     seconds themselves one replacement started per evaluation is not ready in time. Thread-safe: the
-    evaluations sharing a device slot take from one Standby."""
+    evaluations sharing a device slot take from one Standby.
 
-    def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None):
+    `prime` (the slot's device): each one, once started, is also primed (Worker.prime: CUDA context,
+    timing primitives pinned) by a thread of its own inside a shared phase of the slot's `gate`, so
+    that it never runs GPU work beside a timing run. A worker taken before its turn came is handed
+    out unprimed and pins for itself, as a fresh one does."""
+
+    def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
+                 prime: Optional[str] = None, gate=None, timeout: float = 120.0):
+        from .sharing import SoloGate
         self.env = _early(env)
         self.depth = max(1, depth)
         self.cpus = cpus  # where they start up: off the slot's timing CPU (cpus.py)
-        self.pool: deque[Worker] = deque(Worker(None, env=self.env, cpus=cpus) for _ in range(self.depth))
-        self._lock = threading.Lock()
+        self.prime_device = prime
+        self.gate = gate or SoloGate()
+        self.timeout = timeout
+        self._cv = threading.Condition()
+        # id(worker) -> "starting" (its thread waits for the preload), "queued" (for the gate),
+        # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
+        self._state: dict[int, str] = {}
+        self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
+
+    def _spawn(self) -> Worker:
+        w = Worker(None, env=self.env, cpus=self.cpus)
+        if self.prime_device:
+            self._state[id(w)] = "starting"
+            threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
+        return w
+
+    def _move(self, w: Worker, frm: str, to: str) -> bool:
+        with self._cv:
+            if self._state.get(id(w)) != frm:
+                return False  # taken or closed meanwhile
+            self._state[id(w)] = to
+            self._cv.notify_all()
+            return True
+
+    def _prime(self, w: Worker) -> None:
+        try:
+            if not w.ready(self.timeout):
+                self._move(w, "starting", "done")
+                return
+            if not self._move(w, "starting", "queued"):
+                return
+            with self.gate.shared():
+                if self._move(w, "queued", "priming"):
+                    w.prime(self.prime_device, self.timeout)
+        except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
+            pass
+        finally:
+            with self._cv:
+                if self._state.get(id(w)) in ("starting", "priming"):
+                    self._state[id(w)] = "done"
+                self._cv.notify_all()
+
+    def _claim(self, w: Worker, timeout: float) -> bool:
+        """Make `w` this thread's to use: its priming thread, if any, is past the preload and either
+        done or told not to start (never left mid-way). True when `w` is ready and alive."""
+        with self._cv:
+            if id(w) in self._state:
+                # neither wait needs the gate: a caller inside a shared phase cannot deadlock here
+                self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+                if self._state[id(w)] == "queued":
+                    self._state[id(w)] = "taken"
+                if self._state[id(w)] in ("starting", "priming"):
+                    return False  # hung: the caller closes it
+        return w.ready(timeout) and w.returncode is None
 
     @property
     def idle(self) -> Optional[Worker]:
@@ -344,29 +417,39 @@ class Standby:
         starts in about a second instead of four (the torch import), under the slot's gate."""
         if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
             return Worker(setup, env=env)
-        with self._lock:
+        with self._cv:
             idle = self.pool.popleft() if self.pool else None
-        if idle is not None and idle.ready(timeout) and idle.returncode is None:
+        if idle is not None and self._claim(idle, timeout):
             idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
         else:
             if idle is not None:
                 idle.close(grace=0)
             cand = Worker(setup, env=env)
-        with self._lock:
+        with self._cv:
+            if idle is not None:
+                self._state.pop(id(idle), None)
             while len(self.pool) < self.depth:
-                self.pool.append(Worker(None, env=self.env, cpus=self.cpus))
+                self.pool.append(self._spawn())
         return cand
 
     def settle(self, timeout: float) -> None:
         """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""
-        with self._lock:
+        with self._cv:
             pool = list(self.pool)
         for w in pool:
+            with self._cv:
+                if id(w) in self._state:
+                    self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+                    continue
             w.ready(timeout)
 
     def close(self) -> None:
-        with self._lock:
+        with self._cv:
             pool, self.pool = list(self.pool), deque()
+            for w in pool:
+                if id(w) in self._state:
+                    self._state[id(w)] = "taken"
+            self._cv.notify_all()
         for w in pool:
             w.close(grace=0)

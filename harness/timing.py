@@ -25,6 +25,15 @@ from typing import Any, Optional
 _PINNED: dict[str, Any] = {}
 
 
+def pinned(name: str, default: Any = None) -> Any:
+    """The primitive `name` as pin() took it (before the solution's import), or `default` unpinned."""
+    return _PINNED.get(name, default)
+
+
+def is_pinned() -> bool:
+    return bool(_PINNED)
+
+
 def pin(torch) -> None:
     """Keep references to the primitives the timing loop relies on, taken before the candidate's
     module is imported: rebinding `torch.sum`, `torch.cuda.synchronize` or `time.perf_counter`
@@ -383,6 +392,23 @@ def ratio_ci(ref: list[float], cand: list[float], iters: int = 400, seed: int = 
         ratios.append(r / c if c > 0 else float("inf"))
     ratios.sort()
     return ratios[int(0.025 * iters)], ratios[int(0.975 * iters) - 1]
+
+
+def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
+                           bias_us: float) -> tuple[tuple[float, float], float]:
+    """`ci` (which covers the calls of these two processes only) widened for the offset each process
+    adds to a median of a small kernel, whatever the number of calls: about 0.1 us on an H200, so ±3%
+    at 4 us and nothing measurable from 0.3 ms up (`timing.process_bias_us`, bench/diag/process_bias.py).
+    Each side's median carries one such offset; they add to the log ratio in quadrature, and to each
+    end of the bootstrap interval in quadrature too. Returns the interval and the ratio's relative
+    standard deviation from the offsets."""
+    if bias_us <= 0 or not speedup or ref_ms <= 0 or cand_ms <= 0:
+        return ci, 0.0
+    rel = math.hypot(bias_us / (ref_ms * 1e3), bias_us / (cand_ms * 1e3))
+    z, ls = 1.96 * rel, math.log(speedup)
+    lo, hi = ci
+    return (math.exp(ls - math.hypot(max(0.0, ls - math.log(lo)), z)),
+            math.exp(ls + math.hypot(max(0.0, math.log(hi) - ls), z))), rel
 
 
 def _close(x: float, y: float, tol: float) -> bool:

@@ -201,8 +201,9 @@ class Runner:
         self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
         self.ext_calls = [0]
         if self.role == "candidate":
-            from .timing import pin
-            pin(torch)
+            from .timing import is_pinned, pin
+            if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
+                pin(torch)
             self._poison()
             _count_extension_calls(self.ext_calls)
             sol = import_file(setup["solution_path"], "solution_module")
@@ -288,8 +289,8 @@ class Runner:
         torch = self.torch
         blobs = []
         seen: dict = {}
-        from .timing import _PINNED
-        clone = _PINNED.get("clone", torch.clone)  # taken before the solution's import (timing.pin)
+        from .timing import pinned
+        clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
@@ -413,8 +414,8 @@ def _to_cpu(torch, obj):
 
 
 def _same_inputs(torch, a: list, b: list) -> bool:
-    from .timing import _PINNED
-    equal = _PINNED.get("equal", torch.equal)
+    from .timing import pinned
+    equal = pinned("equal", torch.equal)
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor) and not equal(x, y):
             return False
@@ -505,6 +506,24 @@ def _preload(rep_fd: int) -> None:
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
 
 
+def _prime(rep_fd: int, device: str) -> None:
+    """A standby's second step, asked for by the parent while no GPU timing runs (it touches the GPU):
+    the CUDA context, and the timing primitives pinned with the launch hold built and checked, which
+    a candidate's load would otherwise do (0.7 s of it on an H200 machine). Still no problem's or
+    solution's code: pinning here is as early as pinning in Runner, and the reference role, which
+    also takes standbys, only ever reads what pin() keeps."""
+    import torch
+
+    from .records import Reply
+    from .timing import is_pinned, pin, pinned
+    if device == "cuda":
+        torch.cuda.init()
+    pin(torch)
+    _send(rep_fd, Reply(op="prime", ok=True, notes={"cuda_initialized": str(torch.cuda.is_initialized()),
+                                                    "pinned": str(is_pinned()),
+                                                    "hold": str(pinned("hold") is not None)}))
+
+
 def main() -> None:
     nondumpable = bool(os.environ.pop("HARNESS_NONDUMPABLE", None))
     standby = bool(os.environ.pop("HARNESS_STANDBY", None))
@@ -515,10 +534,14 @@ def main() -> None:
     cmd_in, rep_fd = _channel()
     if standby:
         _preload(rep_fd)
-    line = cmd_in.readline()
-    if not line:  # the parent went away before sending a setup
-        os._exit(0)
-    setup = json.loads(line)
+    while True:
+        line = cmd_in.readline()
+        if not line:  # the parent went away before sending a setup
+            os._exit(0)
+        setup = json.loads(line)
+        if not (standby and setup.get("op") == "prime"):
+            break
+        _prime(rep_fd, setup.get("device", "cpu"))
     if standby:
         if setup.get("role") not in ("candidate", "reference"):  # the "exit" that close() sends
             os._exit(0)

@@ -19,6 +19,22 @@ def test_gpu_fixture_verdict(path):
     assert sorted(f for f in r.flags if f not in exp.maybe) == sorted(exp.flags), detail
     if exp.status == "passed":
         assert r.env.gpu_name and r.timing_method["method"] == "cuda_events"
+        rel = r.timing_method["process_bias_rel"]
+        assert ("short_kernel" in r.flags) == (1.96 * rel > 0.01), detail
+        assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
+
+
+@gpu
+def test_a_kernel_of_a_few_microseconds_is_flagged_and_its_interval_widened():
+    """relu(a + b) on 4096 floats takes a few us, where each process's own offset (about 0.1 us,
+    timing.process_bias_us) moves a median by ±3% however many calls are timed: the speedup's
+    interval says so, and so does the flag."""
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", ROOT / "tests/problems/relu_add.py",
+                 make_config(device="cuda", size="small"))
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert r.runtime_ms < 0.02 and "short_kernel" in r.flags, (r.runtime_ms, r.flags)
+    assert r.speedup_ci[1] / r.speedup_ci[0] > 1.1, r.speedup_ci
 
 
 @gpu

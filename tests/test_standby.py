@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -24,8 +25,8 @@ def standby(monkeypatch):
     standbys: list[Standby] = []
     taken: list[Worker] = []
 
-    def make(depth: int = 1) -> tuple[Standby, list[Worker]]:
-        standbys.append(Standby(child_env(None, "cpu"), depth))
+    def make(depth: int = 1, **kw) -> tuple[Standby, list[Worker]]:
+        standbys.append(Standby(child_env(None, "cpu"), depth, **kw))
         return standbys[-1], taken
 
     yield make
@@ -91,11 +92,18 @@ def test_standby_falls_back_to_a_fresh_worker(standby, tmp_path):
         assert w is not idle and w.preloaded is None and sb.idle is idle
 
 
-@pytest.mark.parametrize("name", ["honest_cpp.py", "zeros_tiny_softmax.py", "raise_in_forward.py"])
-def test_evaluate_with_standby_gives_the_same_verdict(standby, name):
+@pytest.mark.parametrize("prime", [None, "cpu"])
+@pytest.mark.parametrize("name", ["fixtures/cpu/honest_cpp.py", "fixtures/cpu/zeros_tiny_softmax.py",
+                                  "fixtures/cpu/raise_in_forward.py",
+                                  # both defeated by what pin() took before the solution's import:
+                                  # from the standby's priming when it was primed
+                                  "adversarial/cpu/timer_rebind_pinned.py", "adversarial/cpu/input_mutation_hidden.py"])
+def test_evaluate_with_standby_gives_the_same_verdict(standby, name, prime):
     from harness.evaluation import evaluate
-    sb, _ = standby()
-    exp = read_expectation(TESTS / "fixtures" / "cpu" / name)
+    sb, _ = standby(prime=prime)
+    exp = read_expectation(TESTS / name)
+    if prime:
+        _wait_primed(sb.idle)
     served: list[Worker] = []
     take = sb.take
 
@@ -167,3 +175,55 @@ def test_a_reference_starts_from_the_standby_with_the_same_outputs(standby):
     finally:
         a.close()
         b.close()
+
+
+def _wait(cond, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _wait_primed(w: Worker) -> None:
+    _wait(lambda: w.primed is not None or w.returncode is not None)
+    assert w.primed is not None, "the standby died before it was primed"
+
+
+def test_a_primed_standby_pins_before_its_setup_and_never_beside_timing(standby, tmp_path):
+    """Priming (CUDA context and pinned timing primitives, on a GPU slot) runs GPU work, so it waits
+    for the slot's timing to end: a shared phase of the gate, never beside an exclusive one."""
+    from harness.sharing import DeviceGate
+    gate = DeviceGate(record=True)
+    with gate.exclusive("timing"):
+        sb, taken = standby(prime="cpu", gate=gate)
+        idle = sb.idle
+        _wait(lambda: idle.preloaded is not None)  # its priming thread reads the pipe, not this one
+        time.sleep(1.0)
+        assert idle.primed is None  # preloaded, but held back while the timing runs
+    _wait_primed(idle)
+    assert idle.primed.notes == {"cuda_initialized": "False", "pinned": "True", "hold": "False"}
+    (_, t0, t1), (kind, s0, _) = gate.log
+    assert kind == "shared" and s0 >= t1
+
+    setup, env = _setup(tmp_path)
+    w = sb.take(setup, env, 120)
+    taken.append(w)
+    assert w is idle and _ext_seen(w) == str(tmp_path / "ext")
+
+
+def test_a_standby_taken_before_its_priming_goes_out_unprimed(standby, tmp_path):
+    """While timing holds the gate, the next evaluation's take() does not wait for priming: the
+    worker goes out as it is (its load pins for itself) and its priming thread stands down."""
+    from harness.sharing import DeviceGate
+    gate = DeviceGate(record=True)
+    sb, taken = standby(prime="cpu", gate=gate)
+    idle = sb.idle
+    setup, env = _setup(tmp_path)
+    with gate.exclusive("timing"):
+        _wait(lambda: idle.preloaded is not None)
+        w = sb.take(setup, env, 120)
+        taken.append(w)
+    assert w is idle and w.primed is None
+    assert _ext_seen(w) == str(tmp_path / "ext")
+    _wait_primed(sb.idle)  # its replacement is primed once the gate is free
+    assert w.primed is None

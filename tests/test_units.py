@@ -11,7 +11,7 @@ from conftest import ROOT
 from harness.config import Tolerance, load_config
 from harness.correctness import compare_tensors
 from harness.static_checks import check_source
-from harness.timing import Measurement, Side, clock_checks, fingerprints_match, summarize
+from harness.timing import Measurement, Side, clock_checks, fingerprints_match, summarize, widen_for_process_bias
 
 FP32 = Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4)
 
@@ -123,6 +123,23 @@ def test_summarize():
     s = summarize([1.0, 2.0, 3.0, 4.0])
     assert (s.median, s.min, s.max, s.count) == (2.5, 1.0, 4.0, 4)
     assert 0 < s.rel_sem < 1
+
+
+def test_the_process_offset_widens_a_small_kernels_interval_and_not_a_large_ones():
+    ci = (0.99, 1.01)
+    # 4 us on both sides: each median carries ±0.12 us of its process: about ±8% on the ratio
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.12)
+    assert rel == pytest.approx(math.hypot(0.03, 0.03))
+    assert lo == pytest.approx(math.exp(-math.hypot(math.log(1 / 0.99), 1.96 * rel)))
+    assert lo < 0.93 and hi > 1.07
+    # 1 ms: the calls' interval is the whole story
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 1.0, 1.0, 0.12)
+    assert rel < 2e-4 and (lo, hi) == pytest.approx(ci, rel=1e-4)
+    # off, or nothing to widen
+    assert widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.0) == (ci, 0.0)
+    # an asymmetric interval keeps its shape: each end widened on its own side
+    (lo, hi), _ = widen_for_process_bias((1.9, 2.3), 2.0, 0.01, 0.005, 0.12)
+    assert lo < 1.9 and hi > 2.3 and hi / 2.0 > 2.0 / lo
 
 
 @pytest.mark.parametrize("src,flag", [
