@@ -325,11 +325,14 @@ def write_tree(root: Path, sols: list[dict]) -> None:
         p.write_text(s["code"])
 
 
-def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, lanes: Optional[int] = None) -> None:
+def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, lanes: Optional[int] = None,
+                 batch_set: Optional[dict[str, str]] = None) -> None:
     """The default config, but for a fresh build cache, the hang's cost (run_s) and, unless asked
     for, no torch.compile baseline (it measures the pipeline, not inductor). `lanes`: evaluations in
-    flight per device slot, GPU and CPU alike (default: the config's)."""
-    batch = (f"[batch]\nconcurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
+    flight per device slot, GPU and CPU alike (default: the config's); `batch_set`: other [batch]
+    settings, as TOML values."""
+    batch = "[batch]\n" + (f"concurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
+    batch += "".join(f"{k} = {v}\n" for k, v in (batch_set or {}).items())
     path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
                     "problem_s = 300\n[timing]\n"
                     f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + batch)
@@ -387,6 +390,9 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=None, help="evaluations in flight per device slot (default: config)")
     ap.add_argument("--compare-lanes", type=int, default=None,
                     help="a third run, warm, with this many evaluations per slot (the effect of sharing a slot)")
+    ap.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further warm run with this [batch] setting changed, e.g. prime_standbys=false "
+                         "(repeatable: one run each, alternating with the default's warm runs)")
     args = ap.parse_args()
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -401,6 +407,13 @@ def main() -> int:
         cfg2 = work / f"bench-lanes{args.compare_lanes}.toml"
         write_config(cfg2, work / "cache", args.run_timeout, args.compile_baseline, args.compare_lanes)
         runs.append((f"warm{args.compare_lanes}", cfg2))
+    for i, kv in enumerate(args.compare):
+        key, val = kv.split("=", 1)
+        cfg3 = work / f"bench-{key}.toml"
+        write_config(cfg3, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, {key: val})
+        runs.append((f"warm-{key}={val}", cfg3))
+        if i < len(args.compare) - 1:  # the default again in between: machine drift shows as its spread
+            runs.append((f"warm{i + 2}", cfg))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     n_ext = sum(s["ext"] for s in sols)
     problems = sorted({s["problem"] for s in sols})

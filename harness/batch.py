@@ -32,7 +32,7 @@ from collections import Counter, defaultdict, deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from . import __version__, cpus
 from .config import Config
@@ -344,9 +344,12 @@ class SlotState:
     done: int = 0
     _occupied_since: float = 0.0
 
+    background: Callable[[], int] = lambda: 0  # of `busy`, those in a phase that holds no lane
+
     @property
     def free(self) -> bool:
-        return len(self.busy) < max(1, self.slot.concurrency)
+        lanes = max(1, self.slot.concurrency)
+        return len(self.busy) < 2 * lanes and len(self.busy) - self.background() < lanes
 
     def start(self, item: Item) -> None:
         now = time.perf_counter()
@@ -407,7 +410,8 @@ class Pipeline:
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
         self.retired: set[str] = set()
-        self.slots = [SlotState(s) for s in executor.slots]
+        self.slots = [SlotState(s, background=lambda name=s.name: executor.backgrounded(name)) if cfg.batch.background_frees_lane
+                      else SlotState(s) for s in executor.slots]
         self.compiling = 0          # items in the first stage (builds and reads)
         self.building = 0           # of which builds in flight or queued
         self.builds_total = sum(it.builds for it in items)

@@ -112,6 +112,9 @@ class Batch(BaseModel):
     # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
     # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
     concurrent_evaluations: int = 4
+    # an evaluation in the profiler's start-up (seconds of host work after its timing) leaves its
+    # lane to another, up to twice `concurrent_evaluations` in flight (sharing.DeviceGate.background)
+    background_frees_lane: bool = True
     # the same on the CPU slot: 1, since there every phase competes with timing for the same cores
     cpu_concurrent_evaluations: int = 1
 

@@ -393,10 +393,12 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
     because the profiler slows every later launch in its process (see worker.Runner.kernels).
 
     The profiler's start-up takes seconds of host work and runs no solution code, so it is not a
-    shared phase: a neighbour's timing need not wait for it. The candidate stays registered with
-    the gate, so that timing still stops its process (and the start-up with it) while it runs; the
-    timeout allows for those stops."""
-    reply, _ = _ask(cand, Command(op="profiler"), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
+    shared phase: a neighbour's timing need not wait for it, and it holds no lane (the slot starts
+    another evaluation meanwhile). The candidate stays registered with the gate, so that timing
+    still stops its process (and the start-up with it) while it runs; the timeout allows for those
+    stops."""
+    with gate.background():
+        reply, _ = _ask(cand, Command(op="profiler"), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
     phases.profiler_start_s = reply.profile_s
     with gate.shared():
         reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")

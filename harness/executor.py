@@ -125,6 +125,10 @@ class Executor(Protocol):
 
     def retire(self, problem_key: str) -> None: ...
 
+    def backgrounded(self, slot: str) -> int:
+        """Evaluations on `slot` now in a phase that holds no lane (sharing.DeviceGate.background)."""
+        ...
+
     def shutdown(self, cancel: bool = False) -> None: ...
 
 
@@ -357,7 +361,8 @@ class LocalExecutor:
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
         # solutions with nothing to build never wait behind a build: their devices stay fed meanwhile
         self._light_pool = ThreadPoolExecutor(1, thread_name_prefix="read")
-        self._slot_pools = {s.name: ThreadPoolExecutor(max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
+        # twice the lanes: evaluations in a background phase leave theirs to another (batch.SlotState)
+        self._slot_pools = {s.name: ThreadPoolExecutor(2 * max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
                             for s in slots}
         self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency) for s in slots}
 
@@ -371,6 +376,9 @@ class LocalExecutor:
         for name, rt in self._runtimes.items():
             if problem_key in rt.sessions:
                 self._slot_pools[name].submit(rt.retire, problem_key)
+
+    def backgrounded(self, slot: str) -> int:
+        return self._runtimes[slot].gate.backgrounded
 
     def references_started(self) -> dict[str, int]:
         return {name: rt.references_started for name, rt in self._runtimes.items()}

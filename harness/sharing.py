@@ -41,6 +41,7 @@ class DeviceGate:
         # (kind, start, end) of every phase, for tests that check timing never overlapped anything
         self.log: Optional[list[tuple[str, float, float]]] = [] if record else None
         self.peak_shared = 0
+        self.backgrounded = 0  # evaluations in a phase that needs no lane (background())
 
     # -- who is running --------------------------------------------------------------------------
     def register(self, worker) -> None:
@@ -131,6 +132,21 @@ class DeviceGate:
 
     def alone(self):
         return self.exclusive("alone")
+
+    @contextmanager
+    def background(self):
+        """A phase of host work alone that holds no lane: the profiler's start-up in a candidate
+        process, 3.5-6 s on an H200 machine, after that evaluation's timing. The pipeline counts
+        such evaluations out of the slot's `concurrent_evaluations` and starts others beside them
+        (up to twice as many in flight). Not a shared phase: timing need not wait for it, and still
+        stops the process (it stays registered)."""
+        with self._cv:
+            self.backgrounded += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self.backgrounded -= 1
 
     def _note(self, kind: str, t0: float) -> None:
         if self.log is not None:

@@ -312,6 +312,9 @@ class FakeExecutor:
     def retire(self, key):
         self.retired.append(Path(key).stem)
 
+    def backgrounded(self, slot):
+        return 0
+
     def shutdown(self, cancel=False):
         pass
 
@@ -341,6 +344,27 @@ def test_pipeline_schedule(tmp_path):
         runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
         assert len(runs) == len(set(runs)), seq
     assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
+
+
+def test_an_evaluation_in_the_background_frees_its_lane_up_to_twice_the_lanes():
+    """An evaluation in a phase that holds no lane (the profiler's start-up: sharing.DeviceGate.
+    background) lets the slot start another beside it, up to twice its lanes in flight."""
+    from harness.batch import Item, SlotState
+    from harness.executor import DeviceSlot
+    from harness.sharing import DeviceGate
+    gate = DeviceGate()
+    st = SlotState(DeviceSlot("cuda:0", "cuda", concurrency=2), background=lambda: gate.backgrounded)
+    for i in range(2):
+        st.start(Item(i, Path(f"s{i}.py"), None, None))
+    assert not st.free
+    with gate.background():
+        assert st.free  # one of the two is in the background
+        st.start(Item(2, Path("s2.py"), None, None))
+        assert not st.free
+        with gate.background(), gate.background():
+            st.start(Item(3, Path("s3.py"), None, None))
+            assert gate.backgrounded == 3 and not st.free  # four in flight: twice the lanes, the most
+    assert gate.backgrounded == 0 and not st.free
 
 
 def test_gpu_slots_pin_each_gpu(monkeypatch):
