@@ -130,6 +130,7 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
                          "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
                          "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s"),
                          "hold_us": tm.get("launch_hold_us"),
+                         "speedup": r.speedup, "ci": r.speedup_ci, "ci_calls": tm.get("speedup_ci_calls"),
                          "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
                          "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls"))})
             print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)

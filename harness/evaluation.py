@@ -335,6 +335,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
         res.speedup_ci = ratio_ci(m.ref.times, m.cand.times, seed=ref.rng.getrandbits(32))
         if device == "cuda" and res.speedup:
+            res.timing_method["speedup_ci_calls"] = res.speedup_ci  # before widening: these calls only
             res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
                                                               res.runtime_ms, cfg.timing.process_bias_us)
             res.timing_method["process_bias_rel"] = round(bias_rel, 5)
