@@ -79,12 +79,13 @@ class Timing(BaseModel):
     # gaps into the events and overhead into the host clocks, on one side only
     max_runqueue_frac: float = 0.05
     min_rounds: int = 5
-    # GPU: the standard deviation of the offset a process adds to a small kernel's median, in us,
-    # whatever the number of calls (a fresh process's GPU context: measured about 0.1 us on an H200
-    # for 4 us and 23 us kernels, bench/diag/small_spread.py and process_bias.py). More calls in one
-    # process do not shrink it, so speedup_ci is widened by it, and `short_kernel` flags a speedup
-    # whose interval it widens by more than 1%. 0: off.
-    process_bias_us: float = 0.12
+    # GPU: the standard deviation of the offset a process adds to a kernel's median, in us, whatever
+    # the number of calls (a fresh process's GPU context; not its streams, flush buffer, code
+    # placement, CPU or NaN poison: bench/diag/process_bias.py, poison_effect.py). Measured on an
+    # H200 between fresh processes: 0.06-0.08 us at 4 us, 0.15 us at 23 us, at most ~0.2 us at 0.27 ms.
+    # More calls in one process do not shrink it, so speedup_ci is widened by it, and `short_kernel`
+    # flags a speedup whose interval it widens by more than 1% (both sides under ~40 us). 0: off.
+    process_bias_us: float = 0.15
 
 
 class Hardening(BaseModel):
