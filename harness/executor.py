@@ -221,7 +221,10 @@ class SlotRuntime:
         self.slot, self.size, self.dtype = slot, size, dtype
         self.concurrency = max(1, concurrency)
         self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
-        self.gate: DeviceGate = (DeviceGate if self.concurrency > 1 else SoloGate)(timing_cpu=self.slot.timing_cpu)
+        # a GPU slot's gate is a real one even for one evaluation at a time: its standbys' priming
+        # (isolation.Standby) runs GPU work and must wait for timing like any shared phase
+        shared = self.concurrency > 1 or self.slot.device == "cuda"
+        self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu)
         self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key
         self._users: Counter = Counter()    # id(session) -> evaluations holding it
         self._doomed: dict[int, object] = {}  # out of `sessions`, closed when the last holder is done

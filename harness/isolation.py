@@ -381,8 +381,8 @@ class Standby:
             if not self._move(w, "starting", "queued"):
                 return
             with self.gate.shared():
-                if self._move(w, "queued", "priming"):
-                    w.prime(self.prime_device, self.timeout)
+                if self._move(w, "queued", "priming") and not w.prime(self.prime_device, self.timeout):
+                    w.kill()  # it may still be priming: it would answer "prime" to its setup
         except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
             pass
         finally:

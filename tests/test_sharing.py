@@ -313,3 +313,13 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
     assert all(o.record.status == Status.passed for o in outs)
     assert spawned == ["relu_add"] and rt.references_started == 1
     rt.close()
+
+
+def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming():
+    """Priming a standby (isolation.Standby) runs GPU work inside a shared phase: on a GPU slot the
+    gate must be a real one, even with one evaluation at a time, or priming could overlap timing."""
+    from harness.executor import DeviceSlot, SlotRuntime
+    from harness.sharing import SoloGate
+    gpu = SlotRuntime(DeviceSlot("cuda:0", "cuda", concurrency=1), "small", None)
+    cpu = SlotRuntime(DeviceSlot("cpu", "cpu", concurrency=1), "small", None)
+    assert type(gpu.gate) is DeviceGate and type(cpu.gate) is SoloGate

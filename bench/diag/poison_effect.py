@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-KERNELS = {"relu_64k": (1 << 16, 1), "relu_add_4m": (1 << 22, 2)}
+from small_spread import KERNELS, relu_runner  # noqa: E402  (this folder is on sys.path first)
 
 
 def child(poison: bool) -> None:
@@ -25,27 +25,13 @@ def child(poison: bool) -> None:
     timing.pin(torch)
     if poison:  # as Runner._poison
         free, _ = torch.cuda.mem_get_info()
-        blk = torch.full((max(min(int(free * 0.25), 8 << 30) // 4, 1),), float("nan"), device="cuda")
-        torch.cuda.synchronize()
-        del blk
-
-    class Runner:
-        device, cache = "cuda", {}
-
-        def __init__(self, n, k):
-            self.torch, self.n, self.k = torch, n, k
-
-        def timed_callable(self, variant):
-            return (lambda x: torch.relu(x)) if self.k == 1 else (lambda x, y: torch.relu(x + y))
-
-        def make_inputs(self, seed):
-            g = torch.Generator(device="cuda").manual_seed(seed)
-            return [torch.randn(self.n, device="cuda", generator=g) for _ in range(self.k)]
+        torch.full((max(min(int(free * 0.25), 8 << 30) // 4, 1),), float("nan"), device="cuda")
+        torch.cuda.synchronize()  # the block is freed at once, NaN-filled, into the allocator's cache
 
     rng = random.Random()
     out = {}
     for name, (n, k) in KERNELS.items():
-        rep = timing.time_calls(Runner(n, k), [rng.getrandbits(62) for _ in range(100)], warmup=5,
+        rep = timing.time_calls(relu_runner(torch, n, k), [rng.getrandbits(62) for _ in range(100)], warmup=5,
                                 flush_l2=True, npos=0, hold_us=300.0)
         out[name] = statistics.median(rep["times_ms"]) * 1e3
     print(json.dumps(out))

@@ -22,6 +22,28 @@ sys.path.insert(0, str(ROOT))
 KERNELS = {"relu_64k": (1 << 16, 1), "relu_add_4m": (1 << 22, 2)}
 
 
+def relu_runner(torch, n: int, k: int, spacer=None):
+    """What timing.time_calls needs of a worker's Runner, for relu(x) (k=1) or relu(x + y) (k=2) on n
+    floats; `spacer()`: bytes to allocate (and hold until the next call) before each call's inputs."""
+
+    class Runner:
+        device, cache = "cuda", {}
+
+        def __init__(self):
+            self.torch = torch
+
+        def timed_callable(self, variant):
+            return (lambda x: torch.relu(x)) if k == 1 else (lambda x, y: torch.relu(x + y))
+
+        def make_inputs(self, seed):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            if spacer is not None:  # the inputs land somewhere else in memory each call
+                self.spacer = torch.empty(spacer(), dtype=torch.uint8, device="cuda")
+            return [torch.randn(n, device="cuda", generator=g) for _ in range(k)]
+
+    return Runner()
+
+
 def child() -> None:
     import random
 
@@ -29,27 +51,11 @@ def child() -> None:
 
     from harness import timing
     timing.pin(torch)
-
-    class Runner:
-        device, cache = "cuda", {}
-
-        def __init__(self, n, k):
-            self.torch, self.n, self.k = torch, n, k
-
-        def timed_callable(self, variant):
-            return (lambda x: torch.relu(x)) if self.k == 1 else (lambda x, y: torch.relu(x + y))
-
-        def make_inputs(self, seed):
-            g = torch.Generator(device="cuda").manual_seed(seed)
-            if rotate:  # a spacer of random size first: the inputs land somewhere else in memory each call
-                self.spacer = torch.empty(rng.randrange(0, 48 << 20), dtype=torch.uint8, device="cuda")
-            return [torch.randn(self.n, device="cuda", generator=g) for _ in range(self.k)]
-
     rng = random.Random()
     rotate = "--rotate" in sys.argv
     out = {}
     for name, (n, k) in KERNELS.items():
-        r = Runner(n, k)
+        r = relu_runner(torch, n, k, (lambda: rng.randrange(0, 48 << 20)) if rotate else None)
         blocks = []
         for b in range(4):
             rep = timing.time_calls(r, [rng.getrandbits(62) for _ in range(50)], warmup=5 if b == 0 else 0,
