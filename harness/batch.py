@@ -410,8 +410,9 @@ class Pipeline:
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
         self.retired: set[str] = set()
-        self.slots = [SlotState(s, background=lambda name=s.name: executor.backgrounded(name)) if cfg.batch.background_frees_lane
-                      else SlotState(s) for s in executor.slots]
+        lane_free = cfg.batch.background_frees_lane  # or every evaluation in flight keeps its lane
+        self.slots = [SlotState(s, background=(lambda name=s.name: executor.backgrounded(name)) if lane_free
+                                else (lambda: 0)) for s in executor.slots]
         self.compiling = 0          # items in the first stage (builds and reads)
         self.building = 0           # of which builds in flight or queued
         self.builds_total = sum(it.builds for it in items)

@@ -305,8 +305,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 res.flags.append(f)
         if len(m.cand.times) < 2 or len(m.ref.times) < 2:
             raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
-        res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
-        res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+
+        def adopt(m) -> None:  # the measurement the record reports
+            res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
+            res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+
+        adopt(m)
         if m.compiled:
             res.compile_runtime_ms = summarize(m.compiled).median
             res.speedup_compile = res.compile_runtime_ms / res.runtime_ms
@@ -324,8 +328,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             res.timing_method["clock_check_confirm"] = second
             if not cheats and not m2.mismatched_calls and len(m2.cand.times) >= 2:
                 m = m2
-                res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
-                res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+                adopt(m)
                 res.timing_method["remeasured_after_clock_flag"] = True
         if cheats:
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "

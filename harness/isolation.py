@@ -391,17 +391,21 @@ class Standby:
                     self._state[id(w)] = "done"
                 self._cv.notify_all()
 
+    def _settled(self, w: Worker, timeout: float) -> bool:
+        """Under self._cv, for a worker with a priming thread: wait until that thread is neither
+        reading its preload nor priming. Neither needs the gate, so a caller inside a shared phase
+        cannot deadlock here. False when it is still at it after `timeout` (hung)."""
+        return self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+
     def _claim(self, w: Worker, timeout: float) -> bool:
         """Make `w` this thread's to use: its priming thread, if any, is past the preload and either
         done or told not to start (never left mid-way). True when `w` is ready and alive."""
         with self._cv:
             if id(w) in self._state:
-                # neither wait needs the gate: a caller inside a shared phase cannot deadlock here
-                self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+                if not self._settled(w, timeout):
+                    return False  # the caller closes it
                 if self._state[id(w)] == "queued":
                     self._state[id(w)] = "taken"
-                if self._state[id(w)] in ("starting", "priming"):
-                    return False  # hung: the caller closes it
         return w.ready(timeout) and w.returncode is None
 
     @property
@@ -440,7 +444,7 @@ class Standby:
         for w in pool:
             with self._cv:
                 if id(w) in self._state:
-                    self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+                    self._settled(w, timeout)
                     continue
             w.ready(timeout)
 
