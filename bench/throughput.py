@@ -26,6 +26,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -370,12 +371,33 @@ def analyse(run: Path, wall: float, cores: int) -> dict:
     evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
     phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
               for k in ("load_s", "correctness_s", "timing_s", "profile_s", "wait_s")}
-    return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "compile_cpu_s": compile_cpu,
+    return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "timeline": timeline(run, wall), "compile_cpu_s": compile_cpu,
             "compiles": summary["compiles"], "device_s": device_s, "timed_s": timed_s, "lanes": lanes,
             "dev_floor_s": dev_floor, "occupied_s": sum(summary.get("device_occupied_s", {}).values()),
             "slot_busy_s": sum(summary["device_busy_s"].values()), "slots": slots, "floor_s": floor,
             "records": len(recs), "statuses": Counter(r["status"] for r in recs), "recs": recs,
             "references": sum(summary["references_started"].values())}
+
+
+def timeline(run: Path, wall: float) -> dict:
+    """What bounds the wall time, from the run's events (seconds since the pipeline's start, which
+    comes `setup_s` after the batch's): when the last real build ended, when evaluations started and ended, how long a built solution waited for
+    the slot, and how many evaluations were in flight on average."""
+    ev = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    comp = {e["index"]: e for e in ev if e["event"] == "compiled"}
+    evals = [e for e in ev if e["event"] == "evaluated" and e.get("t_start") is not None]
+    if not evals:
+        return {}
+    builds = [e["t"] for e in comp.values() if e.get("cpu_s")]
+    first, last = min(e["t_start"] for e in evals), max(e["t"] for e in evals)
+    waits = [e["t_start"] - comp[e["index"]]["t"] for e in evals if e["index"] in comp]
+    setup = json.loads((run / "summary.json").read_text()).get("setup_s", 0.0)
+    end = max(last, max((e["t"] for e in comp.values()), default=0.0))
+    return {"setup_s": setup, "first_eval_s": first, "builds_end_s": max(builds, default=0.0), "last_eval_s": last,
+            "outside_s": max(0.0, wall - setup - end),  # the interpreter's start, the leaderboard, shutting down
+            "wait_ready_s": statistics.mean(waits) if waits else 0.0,
+            "in_flight": sum(e["t"] - e["t_start"] for e in evals) / max(1e-9, last - first),
+            "cached_builds": sum(bool(e.get("cached")) for e in comp.values())}
 
 
 def main() -> int:
@@ -453,6 +475,9 @@ def main() -> int:
     for name, r in results.items():
         print(f"{name}: per evaluated solution ({r['evaluated']}): " +
               ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
+        if r["timeline"]:
+            print(f"{name}: timeline (s from the pipeline's start): " +
+                  ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r["timeline"].items()))
     return 0
 
 
@@ -493,6 +518,9 @@ def report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, wo
             + "".join(f"- {name} run, mean per evaluated solution ({r['evaluated']}): candidate start and load "
                       f"{r['phases']['load_s']:.2f} s, reference start and correctness {r['phases']['correctness_s']:.2f} s, "
                       f"timing {r['phases']['timing_s']:.2f} s.\n" for name, r in results.items())
+            + "".join(f"- {name} run, timeline (s from the pipeline's start): "
+                      + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r["timeline"].items())
+                      + ".\n" for name, r in results.items() if r["timeline"])
             + f"- settings: configs/default.toml, except timing.compile_baseline "
             f"{'auto' if args.compile_baseline else 'off'} and timeouts.run_s {args.run_timeout:g} (the hang costs "
             "that much device time).\n"

@@ -9,7 +9,8 @@ A failed build never reaches a GPU: its record is written as soon as the build e
 The run directory (results/RUN):
   results.jsonl   one EvalResult per line, appended (flush + fsync) as each solution finishes
   config.json     the effective config (and its digest); env.json: the machine's fingerprint
-  events.jsonl    skipped solutions (matched no problem, or the problem itself failed), with reasons
+  events.jsonl    the run's timeline: each build and each evaluation as it ends (seconds since the
+                  start), and skipped solutions (matched no problem, or the problem itself failed)
   summary.json    counts and times of the run; leaderboard.csv, leaderboard_summary.csv
 `--resume` skips the items that already have a record (same solution, problem and config digests)
 and finishes the rest.
@@ -197,13 +198,39 @@ _PROBE = ("import json, torch\n"
           " for i in range(n)]))\n")
 
 
-def probe_gpus(timeout: float = 180) -> list[dict]:
-    """The GPUs torch sees, asked in a child so this process never touches CUDA."""
-    try:
-        p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout)
-        return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else []
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
-        return []
+class GpuProbe:
+    """The GPUs torch sees, asked in a child so this process never touches CUDA. A batch starts it
+    first thing: the child's torch import and CUDA start (4-5 s on an H200 machine) then overlap the
+    batch's planning instead of coming before everything else."""
+
+    def __init__(self):
+        try:
+            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+                [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+
+    def result(self, timeout: float = 180) -> list[dict]:
+        if self.proc is None:
+            return []
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.cancel()
+            return []
+        try:
+            return json.loads(out.strip().splitlines()[-1]) if self.proc.returncode == 0 and out.strip() else []
+        except (ValueError, IndexError):
+            return []
+
+    def cancel(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def probe_gpus(timeout: float = 180, probe: Optional[GpuProbe] = None) -> list[dict]:
+    return (probe or GpuProbe()).result(timeout)
 
 
 def nvidia_smi() -> list[dict]:
@@ -222,13 +249,16 @@ def nvidia_smi() -> list[dict]:
     return []
 
 
-def make_slots(device: str, gpus: Optional[str]) -> tuple[str, list[DeviceSlot], list[dict]]:
-    """Resolve auto, pick the GPUs, and pin each slot's children to its GPU."""
+def make_slots(device: str, gpus: Optional[str], probe: Optional[GpuProbe] = None) -> tuple[str, list[DeviceSlot], list[dict]]:
+    """Resolve auto, pick the GPUs, and pin each slot's children to its GPU. `probe`: one already
+    started (GpuProbe), else one is started here."""
     if device == "cpu":
+        if probe is not None:
+            probe.cancel()
         if gpus:
             raise BatchError("--gpus with --device cpu")
         return "cpu", [DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""})], []
-    found = probe_gpus()
+    found = probe_gpus(probe=probe)
     if not found:
         if device == "cuda" or gpus:
             raise BatchError("--device cuda (or --gpus) asked for, but no CUDA device is visible")
@@ -375,6 +405,7 @@ class BatchSummary:
     compile_wall_s: float = 0.0
     compile_cpu_s: float = 0.0
     compiles: int = 0
+    setup_s: float = 0.0       # from the call to the pipeline's start: probing, planning, the run directory
     device_s: dict[str, float] = field(default_factory=dict)
     occupied_s: dict[str, float] = field(default_factory=dict)
     references: dict[str, int] = field(default_factory=dict)
@@ -383,6 +414,7 @@ class BatchSummary:
     def to_json(self) -> dict:
         return {"run_dir": str(self.run_dir), "items": self.items, "resumed": self.resumed,
                 "records": self.records, "statuses": dict(self.statuses), "wall_s": round(self.wall_s, 3),
+                "setup_s": round(self.setup_s, 3),
                 "compiles": self.compiles, "compile_wall_s": round(self.compile_wall_s, 3),
                 "compile_cpu_s": round(self.compile_cpu_s, 3),
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
@@ -502,6 +534,11 @@ class Pipeline:
                            highlight=False, soft_wrap=True)
 
     def _on_compiled(self, item: Item, co: CompileOutcome) -> None:
+        # the run's timeline, for finding what bounds its wall time (bench/throughput.py reads it)
+        outcome = "error" if co.error else co.record.status.value if co.record is not None else "ready"
+        self.events.write("compiled", index=item.index, solution=str(item.path), t=round(time.perf_counter() - self.t0, 3),
+                          wall_s=round(co.wall_s, 3), cpu_s=None if co.cpu_s is None else round(co.cpu_s, 3),
+                          outcome=outcome, cached=co.cpu_s == 0.0)
         self.compiling -= 1
         self.building -= item.builds
         self.summary.compiles += 1
@@ -523,6 +560,11 @@ class Pipeline:
 
     def _on_evaluated(self, item: Item, st: SlotState, eo: EvalOutcome) -> None:
         k = item.pkey
+        started = st.busy.get(item.index, (None, None))[1]
+        self.events.write("evaluated", index=item.index, solution=str(item.path), slot=st.slot.name,
+                          t_start=None if started is None else round(started - self.t0, 3),
+                          t=round(time.perf_counter() - self.t0, 3),
+                          status=eo.record.status.value if eo.record is not None else None)
         self.inflight[k] -= 1
         st.finish(item)
         st.busy_s += eo.busy_s
@@ -626,20 +668,26 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
 
     console = console or Console(stderr=True)
     t_start = time.perf_counter()
-    roots = [Path(r) for r in (problem_roots or DEFAULT_ROOTS)]
-    roots_text = ", ".join(str(r) for r in roots)
+    probe = GpuProbe() if cfg.device != "cpu" else None
     try:
-        fixed = find_problem(problem, problem_roots or None) if problem else None
-    except LookupError as e:
-        raise BatchError(str(e)) from None
-    problems = discover(roots)
-    items, skipped = plan_items(paths, problems, fixed, label, roots_text)
-    for sk in skipped:
-        console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
-    if not items and not resume:
-        raise BatchError(f"no solution matched a problem ({len(skipped)} file(s) skipped)")
+        roots = [Path(r) for r in (problem_roots or DEFAULT_ROOTS)]
+        roots_text = ", ".join(str(r) for r in roots)
+        try:
+            fixed = find_problem(problem, problem_roots or None) if problem else None
+        except LookupError as e:
+            raise BatchError(str(e)) from None
+        problems = discover(roots)
+        items, skipped = plan_items(paths, problems, fixed, label, roots_text)
+        for sk in skipped:
+            console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
+        if not items and not resume:
+            raise BatchError(f"no solution matched a problem ({len(skipped)} file(s) skipped)")
+    except BaseException:
+        if probe is not None:
+            probe.cancel()
+        raise
 
-    device, slots, gpu_info = make_slots(cfg.device, gpus)
+    device, slots, gpu_info = make_slots(cfg.device, gpus, probe)
     for s in slots:
         s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
                             else cfg.batch.cpu_concurrent_evaluations)
@@ -693,6 +741,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     results = ResultsFile(results_path)
     pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
                     verbose or not console.is_terminal, compile_env)
+    summary.setup_s = time.perf_counter() - t_start
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -371,8 +371,8 @@ def test_gpu_slots_pin_each_gpu(monkeypatch):
     """Without a GPU here: the slots a two-GPU machine would get, each child pinned to its GPU, and one
     arch list for builds and evaluations."""
     import harness.batch as b
-    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180: [{"name": "H100", "cap": [9, 0]},
-                                                              {"name": "A100", "cap": [8, 0]}])
+    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [{"name": "H100", "cap": [9, 0]},
+                                                                          {"name": "A100", "cap": [8, 0]}])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     device, slots, gpus = b.make_slots("auto", None)
     assert device == "cuda" and [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:0", "2"),
@@ -382,10 +382,29 @@ def test_gpu_slots_pin_each_gpu(monkeypatch):
     assert [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:1", "3")] and gpus[0]["name"] == "A100"
     with pytest.raises(b.BatchError):
         b.make_slots("cuda", "5")
-    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180: [])
+    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [])
     assert b.make_slots("auto", None)[0] == "cpu"
     with pytest.raises(b.BatchError):
         b.make_slots("cuda", None)
+
+
+def test_the_gpu_probe_is_not_waited_for_when_started_and_a_cpu_batch_stops_it(monkeypatch):
+    """The probe is a child started before the batch plans (its torch import overlaps the planning);
+    its answer is read when the slots are made, and a batch that turns out to be on the CPU kills it."""
+    import time
+
+    import harness.batch as b
+    monkeypatch.setattr(b, "_PROBE", "import json, time; time.sleep(1.0); print(json.dumps([{'name': 'X', 'cap': [9, 0]}]))")
+    t0 = time.perf_counter()
+    probe = b.GpuProbe()
+    assert time.perf_counter() - t0 < 0.5  # started, not waited for
+    device, slots, gpus = b.make_slots("auto", None, probe)
+    assert device == "cuda" and gpus == [{"name": "X", "cap": [9, 0]}]
+    monkeypatch.setattr(b, "_PROBE", "import time; time.sleep(60)")
+    probe = b.GpuProbe()
+    assert b.make_slots("cpu", None, probe)[0] == "cpu" and probe.proc.returncode is not None
+    monkeypatch.setattr(b, "_PROBE", "import time; time.sleep(60)")
+    assert b.GpuProbe().result(timeout=0.5) == []  # a probe that hangs is no GPU, not a hung batch
 
 
 def test_compile_plan_starts_a_build_per_core(monkeypatch):

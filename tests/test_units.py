@@ -445,7 +445,6 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
 def test_a_batch_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypatch):
     """The same memory on the batch's build path (executor.compile_with_usage, at idle priority)."""
     import harness.build as build
-    import harness.isolation as isolation
     from harness.executor import compile_with_usage
     src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
     ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
@@ -454,9 +453,38 @@ def test_a_batch_build_the_compiler_rejected_is_not_compiled_again(tmp_path, mon
 
     def no_compiler(*a, **k):
         raise AssertionError("a compiler was started for a build already known to fail")
-    monkeypatch.setattr(isolation, "Worker", no_compiler)
+    monkeypatch.setattr(build, "Worker", no_compiler)  # the name build_child starts its child with
     again, failure, log2, cpu2 = compile_with_usage(src, ext, "cpu", 300, {})
     assert failure is None and again.error == first.error and log2 == log and cpu2 == 0.0
+
+
+def test_a_build_that_succeeded_is_not_run_again_while_its_libraries_are_unchanged(tmp_path, monkeypatch):
+    """A warm run skips the build child of a source that built before: the reply and log come from
+    the build directory's marker. Any library rebuilt, replaced or removed since makes it build again."""
+    import harness.build as build
+    src = ROOT / "tests/fixtures/cpu/honest_cpp.py"
+    ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
+    first, failure, log = build.compile_solution(src, ext, "cpu", 300)
+    assert failure is None and first.ok and first.extensions and (ext / build.BUILT).exists()
+    libs = sorted(ext.rglob("*.so"))
+    assert libs
+
+    started = []
+    real_worker = build.Worker
+
+    def counting(*a, **k):
+        started.append(a)
+        return real_worker(*a, **k)
+    monkeypatch.setattr(build, "Worker", counting)
+    again, failure, log2, cpu = build.build_child(src, ext, "cpu", 300, idle=True)
+    assert not started and failure is None and again.ok and again.extensions == first.extensions
+    assert again.seconds == 0.0 and cpu == 0.0 and log2 == log
+
+    libs[0].write_bytes(libs[0].read_bytes() + b"\0")  # replaced behind the cache's back
+    third, failure, _ = build.compile_solution(src, ext, "cpu", 300)
+    assert len(started) == 1 and failure is None and third.ok
+    libs[0].unlink()
+    assert build.remembered_build(ext) is None
 
 
 def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatch):

@@ -106,6 +106,14 @@ def main(procs: int = 6) -> None:
             counts[h] = counts.get(h, 0) + 1
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
         print("  most common values (us: count):", ", ".join(f"{k}: {c}" for k, c in sorted(top)))
+    # one process-wide offset (the same for every kernel in a process) would show as process medians
+    # that move together across kernels: a harness kernel timed beside a candidate's could then
+    # measure it and take it out
+    meds = {name: [statistics.median([t for blk in r[name] for t in blk]) for r in runs] for name in KERNELS}
+    a, b = (meds[k] for k in KERNELS)
+    if len(a) > 2:
+        summary["cross_kernel_r"] = statistics.correlation(a, b)
+        print(f"\ncorrelation of the process medians between {' and '.join(KERNELS)}: {summary['cross_kernel_r']:.2f}")
     print(json.dumps(summary))
 
 
