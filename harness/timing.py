@@ -397,8 +397,9 @@ def ratio_ci(ref: list[float], cand: list[float], iters: int = 400, seed: int = 
 def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
                            bias_us: float) -> tuple[tuple[float, float], float]:
     """`ci` (which covers the calls of these two processes only) widened for the offset each process
-    adds to a median of a small kernel, whatever the number of calls: 0.06-0.15 us on an H200, so a few
-    percent at 4 us and under 0.1% from 0.3 ms up (`timing.process_bias_us`, bench/diag/process_bias.py).
+    adds to a median of a small kernel, whatever the number of calls: 0.06-0.15 us on an H200 as a
+    standard deviation, with draws of 0.45 us at 4 us seen, so several percent at 4 us and under 0.1%
+    from 0.3 ms up (`timing.process_bias_us`, bench/diag/process_bias.py).
     Each side's median carries one such offset; they add to the log ratio in quadrature, and to each
     end of the bootstrap interval in quadrature too. Returns the interval and the ratio's relative
     standard deviation from the offsets."""
