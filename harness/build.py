@@ -82,13 +82,17 @@ def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
         return None  # never failed, or unreadable: build (again)
 
 
+def _write_marker(path: Path, data: dict) -> None:
+    """Whole or not at all: a concurrent build of the same source reads the old marker or the new."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
 def remember_failure(ext_dir: Path, reply: CompileReply, log: str) -> None:
     """Keep a build's failure for the next build of the same source, if it says something about it."""
     if _deterministic(reply):
-        remembered = ext_dir / FAILED_BUILD
-        tmp = remembered.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"reply": reply.model_dump(), "log": log}))
-        os.replace(tmp, remembered)
+        _write_marker(ext_dir / FAILED_BUILD, {"reply": reply.model_dump(), "log": log})
 
 
 BUILT = "built.json"
@@ -121,10 +125,7 @@ def remembered_build(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
 
 def remember_build(ext_dir: Path, reply: CompileReply, log: str) -> None:
     if reply.ok:
-        marker = ext_dir / BUILT
-        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"reply": reply.model_dump(), "log": log, "artifacts": _artifacts(ext_dir)}))
-        os.replace(tmp, marker)
+        _write_marker(ext_dir / BUILT, {"reply": reply.model_dump(), "log": log, "artifacts": _artifacts(ext_dir)})
 
 
 def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,

@@ -166,8 +166,9 @@ def compile_item(task: CompileTask) -> CompileOutcome:
         with _source_lock:  # two threads must not write the same extracted file at once
             module = source_file(sol.code, sol.path, cache, sol.extracted)
         ext = extensions_dir(sol.code, task.device, cache)
-        reply, failure, log, cpu = compile_with_usage(module, ext, task.device, cfg.timeouts.compile_s, task.env,
-                                                      task.cpus)
+        # at idle priority, so that a build never slows an evaluation beside it, with its CPU seconds
+        reply, failure, log, cpu = build_child(module, ext, task.device, cfg.timeouts.compile_s, task.env,
+                                               idle=True, cpus=task.cpus)
         out.cpu_s = cpu
         built_ok = failure is None and reply is not None and reply.ok
         retry = task.retry_import_on_device and (
@@ -195,13 +196,6 @@ def _parses(code: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return True
-
-
-def compile_with_usage(module: Path, ext: Path, device: str, timeout: float, extra_env: dict[str, str],
-                       cpus: Optional[set[int]] = None):
-    """A batch's build: build.build_child at idle priority, with its CPU seconds.
-    Returns (reply, failure, log_tail, cpu_seconds)."""
-    return build_child(module, ext, device, timeout, extra_env, idle=True, cpus=cpus)
 
 
 def _charge_compile(rec: EvalResult, seconds: float) -> None:

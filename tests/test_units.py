@@ -443,18 +443,17 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
 
 
 def test_a_batch_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypatch):
-    """The same memory on the batch's build path (executor.compile_with_usage, at idle priority)."""
+    """The same memory on the batch's build path (build.build_child at idle priority, as executor.compile_item calls it)."""
     import harness.build as build
-    from harness.executor import compile_with_usage
     src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
     ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
-    first, failure, log, cpu = compile_with_usage(src, ext, "cpu", 300, {})
+    first, failure, log, cpu = build.build_child(src, ext, "cpu", 300, {}, idle=True)
     assert failure is None and first.category == "compile_error" and (ext / build.FAILED_BUILD).exists()
 
     def no_compiler(*a, **k):
         raise AssertionError("a compiler was started for a build already known to fail")
     monkeypatch.setattr(build, "Worker", no_compiler)  # the name build_child starts its child with
-    again, failure, log2, cpu2 = compile_with_usage(src, ext, "cpu", 300, {})
+    again, failure, log2, cpu2 = build.build_child(src, ext, "cpu", 300, {}, idle=True)
     assert failure is None and again.error == first.error and log2 == log and cpu2 == 0.0
 
 
