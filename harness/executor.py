@@ -20,6 +20,7 @@ picklable data and the work functions below carry no state but the slot's sessio
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 import traceback
@@ -51,6 +52,20 @@ def sessions_per_slot(concurrency: int) -> int:
 # (they fail fast; a timeout is not re-run: it would stall the slot for another timeouts.run_s, and a
 # neighbour cannot slow a forward by the ~100x a timeout takes)
 RERUN_ALONE = (Status.runtime_error, Status.interface_error)
+# ...and of those, only the ones whose message says memory ran short (device or host: the kernel's
+# OOM killer leaves SIGKILL) or that a library's handle could not be made (cuBLAS and cuDNN report an
+# allocation failure that way). A re-run alone stops the whole slot: a solution that raises, or
+# segfaults, would do so alone too, and re-running every such one cost a warm batch 4-10 s each.
+# Matching too much only costs that time again; matching too little would keep a neighbour's verdict.
+NEIGHBOUR_CAUSED = re.compile(r"out of memory|OutOfMemory|alloc|NOT_INITIALIZED|CUDNN_STATUS_INTERNAL_ERROR"
+                              r"|ERROR_OUT_OF_MEMORY|SIGKILL|SIGBUS|std::bad_alloc", re.IGNORECASE)
+
+
+def neighbour_may_have_caused(rec: EvalResult) -> bool:
+    """Could another evaluation on the same device have caused this failure?"""
+    if rec.status not in RERUN_ALONE:
+        return False
+    return bool(NEIGHBOUR_CAUSED.search(f"{rec.error or ''}\n{rec.log_tail or ''}"))
 
 
 @dataclass
@@ -312,9 +327,9 @@ class SlotRuntime:
         try:
             self.gate.reset_seen()
             rec = run()
-            if rec.status in RERUN_ALONE and self.gate.shared_seen:
+            if self.gate.shared_seen and neighbour_may_have_caused(rec):
                 # it failed while other evaluations shared the device, whose memory use may be the
-                # cause (out of memory): the verdict comes from a run on its own
+                # cause: the verdict comes from a run on its own
                 first = rec.status.value
                 with self.gate.alone():
                     rec = run()

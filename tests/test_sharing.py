@@ -7,6 +7,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from conftest import TESTS, make_config, read_expectation
 from harness.sharing import DeviceGate
 
@@ -111,49 +113,75 @@ def test_shared_seen_only_when_a_neighbour_overlapped():
 
 
 def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
-    """SlotRuntime: a runtime_error seen while another evaluation shared the device is evaluated
-    again with the device to itself; that second verdict is the record, flagged rerun_alone. The
-    same failure with no neighbour is final at once."""
+    """SlotRuntime: a runtime_error seen while another evaluation shared the device, whose message
+    says memory ran short, is evaluated again with the device to itself; that second verdict is the
+    record, flagged rerun_alone. A failure no neighbour can cause (the solution raised) is final at
+    once, shared or not, and so is any failure with no neighbour."""
     import harness.evaluation as ev
     from harness.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import EvalResult, Status
 
     calls: list[tuple[str, bool]] = []
-    both = threading.Barrier(2, timeout=10)
+    together = threading.Barrier(3, timeout=10)
+    errors = {"flaky": "correctness trials: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+              "solo": "correctness trials: torch.OutOfMemoryError: CUDA out of memory.",
+              "raises": "correctness trials: ValueError: shapes (4,) and (5,) do not match"}
 
     def fake_evaluate(solution, problem, cfg, *, gate, **kw):
         alone = gate._mine()
         calls.append((solution, alone))
         with gate.shared():
             if not alone and solution != "solo":
-                both.wait()  # the two first tries overlap for sure
+                together.wait()  # the three first tries overlap for sure
             time.sleep(0.05)
         with gate.exclusive():
             pass
-        status = Status.runtime_error if solution in ("flaky", "solo") and not alone else Status.passed
-        return EvalResult(problem=problem.name, solution=solution, status=status)
+        if solution in errors and not alone or solution == "raises":
+            return EvalResult(problem=problem.name, solution=solution, status=Status.runtime_error,
+                              error=errors[solution])
+        return EvalResult(problem=problem.name, solution=solution, status=Status.passed)
 
     monkeypatch.setattr(ev, "evaluate", fake_evaluate)
     cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
     prob = find_problem(TESTS / "problems" / "relu_add.py")
-    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=2), "small", None, 2, 2)
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=3), "small", None, 3, 3)
     rt.gate = DeviceGate(record=True)
     try:
-        with ThreadPoolExecutor(2) as pool:
-            outs = list(pool.map(rt.evaluate, [EvalTask(0, "flaky", prob, None, cfg, None),
-                                               EvalTask(1, "steady", prob, None, cfg, None)]))
-        solo = rt.evaluate(EvalTask(2, "solo", prob, None, cfg, None))
+        with ThreadPoolExecutor(3) as pool:
+            outs = list(pool.map(rt.evaluate, [EvalTask(i, s, prob, None, cfg, None)
+                                               for i, s in enumerate(("flaky", "steady", "raises"))]))
+        solo = rt.evaluate(EvalTask(3, "solo", prob, None, cfg, None))
     finally:
         rt.close()
-    flaky, steady = (o.record for o in outs)
+    flaky, steady, raises = (o.record for o in outs)
     assert flaky.status == Status.passed and "rerun_alone" in flaky.flags
     assert flaky.timing_method["first_try_while_shared"] == "runtime_error"
     assert steady.status == Status.passed and "rerun_alone" not in steady.flags
+    assert raises.status == Status.runtime_error and "rerun_alone" not in raises.flags
     assert solo.record.status == Status.runtime_error and "rerun_alone" not in solo.record.flags
-    assert ("flaky", True) in calls and ("solo", True) not in calls and rt.reruns == 1
+    assert ("flaky", True) in calls and ("raises", True) not in calls and ("solo", True) not in calls
+    assert rt.reruns == 1
     alone = [e for e in rt.gate.log if e[0] == "alone"]
     assert len(alone) == 1 and not any(_overlaps(alone[0], e) for e in rt.gate.log if e is not alone[0])
+
+
+@pytest.mark.parametrize("text,rerun", [
+    ("the solution's process died: killed (out of memory?) (SIGKILL)", True),
+    ("correctness trials: RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate", True),
+    ("building ModelNew: RuntimeError: cudaMalloc failed: out of memory", True),
+    ("correctness trials: RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB", True),
+    ("the solution's process died: segmentation fault (SIGSEGV)", False),
+    ("correctness trials: RuntimeError: CUDA error: an illegal memory access was encountered", False),
+    ("building ModelNew: TypeError: __init__() takes 1 positional argument but 3 were given", False),
+])
+def test_only_failures_a_neighbour_could_cause_are_rerun_alone(text, rerun):
+    from harness.executor import neighbour_may_have_caused
+    from harness.records import EvalResult, Status
+    for status in (Status.runtime_error, Status.interface_error):
+        assert neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text)) is rerun
+    for status in (Status.incorrect, Status.timeout, Status.passed):
+        assert not neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text))
 
 
 def test_real_evaluations_share_a_slot_and_timing_overlaps_nothing():
