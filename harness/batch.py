@@ -691,6 +691,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     for s in slots:
         s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
                             else cfg.batch.cpu_concurrent_evaluations)
+        s.stop_untimed = cfg.batch.stop_untimed_phases
     if device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         # one arch list for builds and evaluations alike: it is part of the build cache key, and the
         # build children see no GPU to ask

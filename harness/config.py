@@ -118,6 +118,16 @@ class Batch(BaseModel):
     # an evaluation in the profiler's start-up (seconds of host work after its timing) leaves its
     # lane to another, up to twice `concurrent_evaluations` in flight (sharing.DeviceGate.background)
     background_frees_lane: bool = True
+    # a timing phase stops (SIGSTOP) the untimed phases of the others that run in child processes (a
+    # candidate's start and trials, a reference's start, a standby's priming) instead of waiting for
+    # them to end, then waits for the GPU to be quiet of the work they had queued (`quiet_*`)
+    stop_untimed_phases: bool = True
+    # the quiet wait: a tiny kernel launched and waited for from the reference's process, until
+    # `quiet_probes` in a row take under `quiet_probe_us` (another context's queued work makes the GPU
+    # time-slice, and a probe then waits for it); at most `quiet_max_s`, then timed anyway, flagged
+    quiet_probe_us: float = 200.0
+    quiet_probes: int = 3
+    quiet_max_s: float = 10.0
     # the same on the CPU slot: 1, since there every phase competes with timing for the same cores
     cpu_concurrent_evaluations: int = 1
 

@@ -178,8 +178,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         def start_candidate() -> None:  # into `cand`, which timed() reads when it runs
             nonlocal cand
-            with gate.shared():
-                cand = standby.take(setup, env, cfg.timeouts.load_s) if standby else Worker(setup, env=env)
+            with gate.stoppable() as phase:
+                if standby:
+                    cand = standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add)
+                else:
+                    cand = Worker(setup, env=env)
+                    phase.add(cand)
                 gate.register(cand)
                 _wait_load(cand, cfg.timeouts.load_s)
                 _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
@@ -187,7 +191,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         start_candidate()
         phases.load_s = clock() - t0
         t0 = clock()
-        with gate.shared():
+        with gate.stoppable() as phase:
+            phase.add(cand)
             reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
                             cfg.timeouts.run_s, "correctness trials")
         phases.trials_s = clock() - t0
@@ -206,8 +211,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         # 4. the reference, in its own process, after the candidate
         t1 = clock()
-        with gate.shared():
-            ref.start()
+        with gate.stoppable() as phase:
+            ref.start(on_worker=phase.add)
         res.env = ref.env
         phases.reference_s = clock() - t1
 
@@ -237,13 +242,16 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         tcfg = cfg
 
         settled = 0.0  # waiting for standbys to finish starting: not timing
+        quiet_flags: list[str] = []
 
         def timed():
             nonlocal settled
             # nothing else on this device or beside it while either side is timed, and on a GPU both
             # sides on the same host CPU (cpus.py)
-            with gate.exclusive(), cpus.pinned([cand.pid, ref.worker.pid],
-                                                gate.timing_cpu if device == "cuda" else None):
+            with gate.exclusive(keep=(cand, ref.worker)) as held, cpus.pinned(
+                    [cand.pid, ref.worker.pid], gate.timing_cpu if device == "cuda" else None):
+                if held.preempted and device == "cuda":
+                    _quiet(ref, cfg, phases, quiet_flags)
                 if standby is not None and device == "cpu":
                     # timed CPU rounds would share cores and memory bandwidth with the next candidate's
                     # start-up (begun in step 3); on a GPU it goes on, off the device's critical path
@@ -300,8 +308,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
             **gpu_summary(m),
         }
-        for f in m.flags:
-            if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable") and f not in res.flags:
+        for f in m.flags + quiet_flags:
+            if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet") and f not in res.flags:
                 res.flags.append(f)
         if len(m.cand.times) < 2 or len(m.ref.times) < 2:
             raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
@@ -414,6 +422,20 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
         res.flags.remove("no_custom_kernel")
     elif not ran and "no_custom_kernel" not in res.flags:
         res.flags.append("no_custom_kernel")
+
+
+def _quiet(ref: ReferenceSession, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:
+    """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
+    work they had queued (worker.Runner.quiet, in the reference's process). Not quiet within
+    `quiet_max_s` (a neighbour's background thread keeps launching, say): timed anyway, flagged."""
+    b = cfg.batch
+    reply, _ = ref.worker.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,
+                                          max_s=b.quiet_max_s), cfg.timeouts.problem_s)
+    if not reply.ok:
+        raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
+    phases.quiet_s += reply.quiet_s or 0.0
+    if not reply.quiet and "device_not_quiet" not in flags:
+        flags.append("device_not_quiet")
 
 
 def _worst_errors(res: EvalResult) -> None:

@@ -78,6 +78,7 @@ class DeviceSlot:
     concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
     timing_cpu: Optional[int] = None  # the host CPU its timed processes run on (cpus.py)
     background_cpus: Optional[set[int]] = None  # where its standbys start up; None: anywhere
+    stop_untimed: bool = True      # timing stops untimed phases in child processes (sharing.py)
 
 
 @dataclass
@@ -233,7 +234,8 @@ class SlotRuntime:
         # a GPU slot's gate is a real one even for one evaluation at a time: its standbys' priming
         # (isolation.Standby) runs GPU work and must wait for timing like any shared phase
         shared = self.concurrency > 1 or self.slot.device == "cuda"
-        self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu)
+        self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu,
+                                                                     stop_untimed=self.slot.stop_untimed)
         self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key
         self._users: Counter = Counter()    # id(session) -> evaluations holding it
         self._doomed: dict[int, object] = {}  # out of `sessions`, closed when the last holder is done

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Optional
+from typing import Callable, Optional
 
 from pydantic import ValidationError
 
@@ -136,6 +136,12 @@ class Worker:
         self._tail.start()
         self._buf = bytearray()
         self.stopped = False
+        # time spent stopped (pause()): a request's timeout leaves it out, since a neighbour's timing
+        # stops a worker in the middle of its work (sharing.DeviceGate.stoppable)
+        self._pause_lock = threading.Lock()
+        self._stopped_at: Optional[float] = None
+        self._stopped_s = 0.0
+        self._p0 = 0.0  # stopped_for() when the reply now awaited was asked for
         self.preloaded: Optional[Reply] = None  # a standby's first line: imports done, what it holds
         self.primed: Optional[Reply] = None     # its second, if asked for (prime): CUDA and pinning done
         if setup is not None:
@@ -190,6 +196,7 @@ class Worker:
 
     def wait_reply(self, op: str, timeout: float, t0: Optional[float] = None) -> Reply:
         deadline = (t0 or time.perf_counter()) + timeout
+        self._p0 = self.stopped_for()
         line = self._read_until(deadline, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
         try:
             reply = Reply.model_validate_json(line)
@@ -204,6 +211,7 @@ class Worker:
 
     def wait_json(self, timeout: float) -> bytes:
         """One raw reply line (the compile role answers with its own record)."""
+        self._p0 = self.stopped_for()
         return self._read_until(time.perf_counter() + timeout, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
 
     def _read_exact(self, deadline: float, n: int) -> bytearray:
@@ -238,9 +246,10 @@ class Worker:
         return frame
 
     def _readable(self, deadline: float) -> None:
-        """Until the reply pipe has data (or its end), or WorkerTimeout at the deadline."""
+        """Until the reply pipe has data (or its end), or WorkerTimeout at the deadline, which moves
+        on by the time the worker has been stopped since the request."""
         while True:
-            left = deadline - time.perf_counter()
+            left = deadline + (self.stopped_for() - self._p0) - time.perf_counter()
             if left <= 0:
                 raise WorkerTimeout()
             if select.select([self._rep_r], [], [], min(left, 1.0))[0]:
@@ -258,21 +267,32 @@ class Worker:
 
     # -- control ---------------------------------------------------------------------------------
     def pause(self) -> None:
-        """Stop the whole process group (SIGSTOP) while the other side is timed."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGSTOP)
-                self.stopped = True
-            except ProcessLookupError:
-                pass
+        """Stop the whole process group (SIGSTOP) while something else is timed."""
+        with self._pause_lock:
+            if self.proc.poll() is None and not self.stopped:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGSTOP)
+                    self.stopped = True
+                    self._stopped_at = time.perf_counter()
+                except ProcessLookupError:
+                    pass
 
     def resume(self) -> None:
-        if self.stopped:
-            try:
-                os.killpg(self.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            self.stopped = False
+        with self._pause_lock:
+            if self.stopped:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                self.stopped = False
+                self._stopped_s += time.perf_counter() - self._stopped_at
+                self._stopped_at = None
+
+    def stopped_for(self) -> float:
+        """Seconds spent stopped so far, a stop under way included."""
+        with self._pause_lock:
+            now = time.perf_counter() if self._stopped_at is not None else 0.0
+            return self._stopped_s + (now - self._stopped_at if self._stopped_at is not None else 0.0)
 
     def kill(self) -> None:
         try:
@@ -380,7 +400,8 @@ class Standby:
                 return
             if not self._move(w, "starting", "queued"):
                 return
-            with self.gate.shared():
+            with self.gate.stoppable() as phase:
+                phase.add(w)
                 if self._move(w, "queued", "priming") and not w.prime(self.prime_device, self.timeout):
                     w.kill()  # it may still be priming: it would answer "prime" to its setup
         except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
@@ -413,23 +434,31 @@ class Standby:
         """The one the next take() hands out."""
         return self.pool[0] if self.pool else None
 
-    def take(self, setup: dict, env: dict[str, str], timeout: float) -> Worker:
+    def take(self, setup: dict, env: dict[str, str], timeout: float,
+             on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
         """A candidate or reference worker for `setup`, as Worker(setup, env=env) would give: the
         oldest idle one when `env` matches (a fresh one if it died meanwhile), its replacement started
         at once. A standby is not dumpable from its start, as a reference must be (HARNESS_NONDUMPABLE),
         and has run nothing but the harness's imports, so either role may have it: a reference then
-        starts in about a second instead of four (the torch import), under the slot's gate."""
+        starts in about a second instead of four (the torch import), under the slot's gate.
+        `on_worker`: told of the worker before it is sent its setup (a stoppable phase of the gate,
+        which must be able to stop it before it runs any of the solution's code)."""
+        tell = on_worker or (lambda w: None)
         if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
-            return Worker(setup, env=env)
+            cand = Worker(setup, env=env)
+            tell(cand)
+            return cand
         with self._cv:
             idle = self.pool.popleft() if self.pool else None
         if idle is not None and self._claim(idle, timeout):
+            tell(idle)
             idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
         else:
             if idle is not None:
                 idle.close(grace=0)
-            cand = Worker(setup, env=env)
+            cand = Worker(setup, env=env)  # a fresh interpreter: seconds before it imports anything
+            tell(cand)
         with self._cv:
             if idle is not None:
                 self._state.pop(id(idle), None)

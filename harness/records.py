@@ -84,6 +84,9 @@ class PhaseTimes(BaseModel):
     # time spent waiting at the device slot's gate (evaluations sharing a GPU: another one being
     # timed); in total_s, in none of the phases above
     wait_s: float = 0.0
+    # time this evaluation's timing waited for the GPU to be quiet of stopped neighbours' work
+    # (sharing.DeviceGate.stoppable); in timing_s
+    quiet_s: float = 0.0
 
 
 class EvalResult(BaseModel):
@@ -139,7 +142,7 @@ class Command(BaseModel):
     """One request from the parent to a worker."""
 
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "kernels", "profiler", "lint", "exit"]
+    op: Literal["load", "build", "trials", "time", "kernels", "profiler", "lint", "quiet", "exit"]
     # build
     init_seed: Optional[int] = None
     # lint: a second weight seed, and the tolerance the outputs are compared with
@@ -159,6 +162,10 @@ class Command(BaseModel):
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
+    # quiet: probe until `probes` in a row take under `probe_us`, for at most `max_s`
+    probe_us: float = 200.0
+    probes: int = 3
+    max_s: float = 10.0
 
 
 class Reply(BaseModel):
@@ -186,6 +193,10 @@ class Reply(BaseModel):
     l2_reset: Optional[bool] = None
     kernels_seen: list[str] = Field(default_factory=list)
     profile_s: Optional[float] = None
+    # quiet: how long the GPU took to be quiet, in how many probes, and whether it was in the end
+    quiet_s: Optional[float] = None
+    quiet_probes: Optional[int] = None
+    quiet: Optional[bool] = None
     # calls into the solution's own extensions during the first trial (None: not counted)
     custom_calls: Optional[int] = None
     # build: how many parameter elements the model has

@@ -93,28 +93,33 @@ class ReferenceSession:
                 "device": self.device, "size": self.size, "dtype": self.dtype,
                 "cpu_threads": self.cfg.timing.cpu_threads, "allow_tf32": self.cfg.correctness.allow_tf32}
 
-    def spawn_reference(self) -> Worker:
+    def spawn_reference(self, on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
         """A reference worker for this problem; its memory and fds are closed to other processes."""
         env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
                         {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
         if self.standby is not None:
-            return self.standby.take(self.setup_dict("reference"), env, self.cfg.timeouts.problem_s)
-        return Worker(self.setup_dict("reference"), env=env)
+            return self.standby.take(self.setup_dict("reference"), env, self.cfg.timeouts.problem_s,
+                                     on_worker=on_worker)
+        w = Worker(self.setup_dict("reference"), env=env)
+        if on_worker is not None:
+            on_worker(w)
+        return w
 
-    def start(self) -> None:
-        """Spawn the reference, build Model, compute the trial outputs once."""
+    def start(self, on_worker: Optional[Callable[[Worker], None]] = None) -> None:
+        """Spawn the reference, build Model, compute the trial outputs once. `on_worker`: told of
+        the process as soon as it exists (a stoppable phase of the slot's gate)."""
         with self.lock:
             if self.worker is None and self.on_start is not None:
                 self.on_start()  # once per process started, however many evaluations waited on it
-            self._start()
+            self._start(on_worker)
 
-    def _start(self) -> None:
+    def _start(self, on_worker: Optional[Callable[[Worker], None]] = None) -> None:
         import time
         if self.worker is not None:
             return
         t0 = time.perf_counter()
         to = self.cfg.timeouts.problem_s
-        self.worker = self.spawn_reference()
+        self.worker = self.spawn_reference(on_worker)
         try:
             load = self.worker.wait_reply("load", to)
             if not load.ok:

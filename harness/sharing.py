@@ -6,18 +6,29 @@ so a device slot runs a few evaluations at once through them (`[batch] concurren
 Timing is different: nothing else may run on the device, or on the host beside it, while a side is
 timed. A `DeviceGate` is the slot's readers-writer lock for that:
 
-- `shared()`: one untimed phase of one evaluation; any number at once.
+- `shared()`: one untimed phase of one evaluation whose work runs in the parent (judging) or must
+  not be frozen half-way (a process's exit); any number at once.
+- `stoppable()`: an untimed phase whose work runs in child processes, named to it with `add(worker)`
+  (a candidate's start and trials, a reference's start, a standby's priming). Timing does not wait
+  for it to end: it stops those processes (SIGSTOP) for as long as it holds the device, and they go
+  on where they were. A worker's request timeouts leave out the time it was stopped.
 - `exclusive(owner)`: a timing phase. It waits until every shared phase in flight has ended, and new
-  shared phases wait behind it (writer preference: timing is never starved). While it is held, the
-  other evaluations' candidate processes are stopped (SIGSTOP): between phases they are idle, and a
-  candidate's own background threads must not launch work beside someone else's timing.
+  shared phases wait behind it (writer preference: timing is never starved); stoppable phases are
+  stopped instead. While it is held, the other evaluations' candidate processes are stopped too:
+  between phases they are idle, and a candidate's own background threads must not launch work
+  beside someone else's timing. `held.preempted` says whether it stopped a phase mid-way: GPU work
+  that phase had queued may still be draining, and the caller waits for the device to be quiet
+  (worker.Runner.quiet) before it times anything.
 - `alone()`: a whole evaluation with the device to itself, for re-running one that failed while the
-  device was shared (out of memory, or a timeout, because of a neighbour) before its failure is a
-  verdict.
+  device was shared (out of memory because of a neighbour) before its failure is a verdict. It waits
+  for stoppable phases to end as for shared ones: a stopped process still holds its memory.
 
-What it cannot stop: GPU work a neighbour queued before it was stopped still drains. Every request
-to a candidate ends with its results copied back (synchronizing), so this is only work launched
-from a candidate's own background thread between its requests.
+Why stop rather than wait: a writer waiting for every phase in flight to end waited for the longest
+of them (a start of 1-5 s), while the phases queued behind it waited too. With 4 evaluations in
+flight, a warm batch spent 3.6 s per solution at the gate against 0.36 s of timing (session 10).
+
+What it cannot stop: GPU work a neighbour queued before it was stopped still drains (hence the quiet
+wait), and a neighbour's exit in progress.
 """
 from __future__ import annotations
 
@@ -28,15 +39,21 @@ from typing import Optional
 
 
 class DeviceGate:
-    def __init__(self, record: bool = False, timing_cpu: Optional[int] = None):
+    def __init__(self, record: bool = False, timing_cpu: Optional[int] = None, stop_untimed: bool = True):
         # the host CPU both sides of a GPU timing run on (cpus.py); None: wherever they are
         self.timing_cpu = timing_cpu
+        # False: stoppable phases are shared ones, waited for ([batch] stop_untimed_phases)
+        self.stop_untimed = stop_untimed
         self._cv = threading.Condition()
         self._readers = 0
         self._writer: Optional[int] = None      # thread id holding exclusive() or alone()
         self._writers_waiting = 0
         self._started = 0                        # shared phases begun so far
         self._workers: dict[int, object] = {}    # thread id -> that evaluation's live candidate
+        self._phases: dict[int, "Stoppable"] = {}  # stoppable phases in flight, by id
+        self._next_phase = 0
+        self._held: Optional["Held"] = None      # the exclusive phase holding the gate, if any
+        self._alone_waiting = 0
         self._local = threading.local()
         # (kind, start, end) of every phase, for tests that check timing never overlapped anything
         self.log: Optional[list[tuple[str, float, float]]] = [] if record else None
@@ -73,6 +90,23 @@ class DeviceGate:
         return self._writer == threading.get_ident()
 
     # -- the lock --------------------------------------------------------------------------------
+    @property
+    def _in_flight(self) -> int:
+        """Untimed phases under way, of both kinds: how many evaluations share the device now."""
+        return self._readers + len(self._phases)
+
+    def _enter(self) -> int:
+        """Under self._cv, as an untimed phase begins: count it; returns its mark."""
+        self._started += 1
+        self.peak_shared = max(self.peak_shared, self._in_flight)
+        if self._in_flight > 1:  # a neighbour's phase was under way when this one began
+            self._local.seen = True
+        return self._started
+
+    def _leave(self, mark: int) -> None:
+        if self._started != mark:  # or one began while this one ran
+            self._local.seen = True
+
     @contextmanager
     def shared(self):
         if self._mine():  # inside alone(): the device is this thread's already
@@ -83,51 +117,92 @@ class DeviceGate:
             while self._writer is not None or self._writers_waiting:
                 self._cv.wait()
             self._readers += 1
-            self._started += 1
-            mark = self._started
-            self.peak_shared = max(self.peak_shared, self._readers)
-            if self._readers > 1:  # a neighbour's phase was under way when this one began
-                self._local.seen = True
+            mark = self._enter()
         self._add_wait(w0)
         t0 = time.perf_counter()
         try:
             yield
         finally:
             with self._cv:
-                if self._started != mark:  # or one began while this one ran
-                    self._local.seen = True
+                self._leave(mark)
                 self._readers -= 1
                 self._note("shared", t0)
                 self._cv.notify_all()
 
     @contextmanager
-    def exclusive(self, kind: str = "exclusive"):
+    def stoppable(self):
+        """An untimed phase of work in child processes: `with gate.stoppable() as phase:
+        phase.add(worker)` as soon as the worker exists, before it is sent its work."""
         if self._mine():
-            yield
+            yield Stoppable(self, -1, tracked=False)
+            return
+        if not self.stop_untimed:
+            with self.shared():
+                yield Stoppable(self, -1, tracked=False)
+            return
+        w0 = time.perf_counter()
+        with self._cv:
+            # not while a timing holds the device, and not ahead of a re-run alone that waits for
+            # the device to empty; a waiting timing does not wait for this phase, so no need to yield
+            while self._writer is not None or self._alone_waiting:
+                self._cv.wait()
+            phase = Stoppable(self, self._next_phase)
+            self._next_phase += 1
+            self._phases[phase.id] = phase
+            mark = self._enter()
+        self._add_wait(w0)
+        t0 = time.perf_counter()
+        try:
+            yield phase
+        finally:
+            with self._cv:
+                self._leave(mark)
+                del self._phases[phase.id]
+                self._note("stoppable", t0, phase.id)
+                self._cv.notify_all()
+
+    @contextmanager
+    def exclusive(self, kind: str = "exclusive", keep: tuple = ()):
+        """`keep`: this evaluation's own processes, never stopped (its reference may be one that a
+        stoppable phase of another evaluation started)."""
+        if self._mine():
+            yield Held()
             return
         me = threading.get_ident()
+        alone = kind == "alone"
         w0 = time.perf_counter()
         with self._cv:
             self._writers_waiting += 1
+            self._alone_waiting += alone
             try:
-                while self._writer is not None or self._readers:
+                while self._writer is not None or self._readers or (alone and self._phases):
                     self._cv.wait()
             finally:
                 self._writers_waiting -= 1
+                self._alone_waiting -= alone
             self._writer = me
-            others = [w for t, w in self._workers.items() if t != me]
+            held = Held()
+            mine = {id(w) for w in keep}
+            for t, w in self._workers.items():
+                if t != me and id(w) not in mine:
+                    held.stop(w)
+            for phase in self._phases.values():
+                held.preempted.append(phase.id)
+                for w in phase.workers:
+                    if id(w) not in mine:
+                        held.stop(w)
+            self._held = held
         self._add_wait(w0)
-        for w in others:
-            w.pause()
         t0 = time.perf_counter()
         try:
-            yield
+            yield held
         finally:
-            for w in others:
-                w.resume()
+            with self._cv:
+                self._held = None
+            held.release()
             with self._cv:
                 self._writer = None
-                self._note(kind, t0)
+                self._note(kind, t0, tuple(held.preempted))
                 self._cv.notify_all()
 
     def alone(self):
@@ -148,9 +223,48 @@ class DeviceGate:
             with self._cv:
                 self.backgrounded -= 1
 
-    def _note(self, kind: str, t0: float) -> None:
+    def _note(self, kind: str, t0: float, detail=None) -> None:
+        """(kind, start, end, detail): detail is a stoppable phase's id, or the ids of the phases
+        an exclusive one stopped."""
         if self.log is not None:
-            self.log.append((kind, t0, time.perf_counter()))
+            self.log.append((kind, t0, time.perf_counter(), detail))
+
+
+class Held:
+    """What an exclusive phase stopped: processes, and the stoppable phases they belonged to."""
+
+    def __init__(self):
+        self.stopped: dict[int, object] = {}
+        self.preempted: list[int] = []  # ids of the stoppable phases under way when it began
+
+    def stop(self, w) -> None:
+        if id(w) not in self.stopped:
+            self.stopped[id(w)] = w
+            w.pause()
+
+    def release(self) -> None:
+        for w in self.stopped.values():
+            w.resume()
+
+
+class Stoppable:
+    """One stoppable phase (DeviceGate.stoppable): the processes doing its work."""
+
+    def __init__(self, gate: DeviceGate, id: int, tracked: bool = True):
+        self.gate, self.id, self.tracked = gate, id, tracked
+        self.workers: list = []
+
+    def add(self, worker) -> None:
+        """From here on, a timing phase stops `worker` while it holds the device; one holding it
+        already stops it now (it joined after that phase began)."""
+        if not self.tracked:  # inside this thread's own alone(), or phases never stopped: nothing to do
+            return
+        with self.gate._cv:
+            self.workers.append(worker)
+            if self.gate._held is not None:
+                if self.id not in self.gate._held.preempted:
+                    self.gate._held.preempted.append(self.id)
+                self.gate._held.stop(worker)
 
 
 class SoloGate(DeviceGate):
@@ -161,5 +275,9 @@ class SoloGate(DeviceGate):
         yield
 
     @contextmanager
-    def exclusive(self, kind: str = "exclusive"):
-        yield
+    def stoppable(self):
+        yield Stoppable(self, -1, tracked=False)
+
+    @contextmanager
+    def exclusive(self, kind: str = "exclusive", keep: tuple = ()):
+        yield Held()

@@ -121,6 +121,25 @@ def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
     return fp
 
 
+def quiet_gpu(torch, probe_us: float, probes: int, max_s: float) -> dict:
+    """Wait until the GPU runs no other context's work: a neighbour stopped in the middle of a phase
+    (sharing.DeviceGate.stoppable) may have queued some. Contexts time-slice a GPU, so a one-element
+    kernel waits for any other context's queued work (a time slice of it) and takes ~10-20 us when
+    alone (bench/diag/neighbour_drain.py); `probes` of them in a row under `probe_us` is quiet."""
+    x = torch.zeros(1, device="cuda")
+    t0 = time.perf_counter()
+    run = n = 0
+    while run < probes:
+        a = time.perf_counter()
+        x.add_(1)
+        torch.cuda.synchronize()
+        n += 1
+        run = run + 1 if (time.perf_counter() - a) * 1e6 < probe_us else 0
+        if time.perf_counter() - t0 > max_s:
+            break
+    return {"quiet_s": time.perf_counter() - t0, "quiet_probes": n, "quiet": run >= probes}
+
+
 def _persisting_l2_reset():
     """cudaCtxResetPersistingL2Cache, if the runtime library can be found: lines a solution marked
     persisting (an access-policy window on its weights) would otherwise survive the flush."""

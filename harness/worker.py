@@ -358,6 +358,11 @@ class Runner:
                         and "CUDA" in str(e.device_type)})
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0}
 
+    def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
+        """The parent asks the reference's process (the problem's code, not a solution's)."""
+        from .timing import quiet_gpu
+        return quiet_gpu(self.torch, probe_us, probes, max_s)
+
     def time(self, cmd) -> dict:
         from .timing import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
@@ -464,6 +469,8 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
                 reply = Reply(op="lint", ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
                 reply = Reply(op="time", ok=True, **runner.time(cmd))
+            elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
+                reply = Reply(op="quiet", ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
                 reply = Reply(op="profiler", ok=True, **runner.start_profiler())
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":

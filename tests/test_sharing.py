@@ -85,6 +85,127 @@ def test_timing_stops_the_other_evaluations_candidates_and_not_its_own():
     assert other.calls == ["pause", "resume"] and mine.calls == []
 
 
+class StampedWorker:
+    """Records when it was stopped and let go (perf_counter)."""
+
+    def __init__(self):
+        self.stops: list[tuple[str, float]] = []
+
+    def pause(self):
+        self.stops.append(("pause", time.perf_counter()))
+
+    def resume(self):
+        self.stops.append(("resume", time.perf_counter()))
+
+
+def test_timing_stops_a_stoppable_phase_instead_of_waiting_for_it():
+    """A stoppable phase (work in a child process) does not hold a timing back: the timing stops
+    its worker for as long as it holds the device, says it did (held.preempted: the caller waits
+    for a quiet GPU), and lets it go on after. A worker that joins a phase while a timing holds
+    the device is stopped at once. A plain shared phase is still waited for; so is everything by a
+    re-run alone, which needs the device's memory back."""
+    gate = DeviceGate(record=True)
+    early, late = StampedWorker(), StampedWorker()
+    in_phase, timing_on, late_added = threading.Event(), threading.Event(), threading.Event()
+    out = {}
+
+    def phase():
+        with gate.stoppable() as ph:
+            ph.add(early)
+            out["phase_id"] = ph.id
+            in_phase.set()
+            assert timing_on.wait(5)
+            ph.add(late)  # joins while the timing holds the device
+            late_added.set()
+            time.sleep(0.3)
+        out["phase_end"] = time.perf_counter()
+
+    t = threading.Thread(target=phase)
+    t.start()
+    assert in_phase.wait(5)
+    t0 = time.perf_counter()
+    with gate.exclusive() as held:
+        out["waited"] = time.perf_counter() - t0
+        timing_on.set()
+        assert late_added.wait(5)
+        time.sleep(0.1)
+        t1 = time.perf_counter()
+    t.join()
+    assert out["waited"] < 0.2  # the phase (0.3 s more) was not waited for
+    assert held.preempted == [out["phase_id"]]
+    assert [k for k, _ in early.stops] == ["pause", "resume"] and early.stops[0][1] <= t0 + out["waited"]
+    assert [k for k, _ in late.stops] == ["pause", "resume"]
+    assert all(t1 <= when for _, when in (early.stops[1], late.stops[1]))
+    kinds = [e[0] for e in gate.log]
+    assert kinds == ["exclusive", "stoppable"] and gate.log[0][3] == (out["phase_id"],)
+
+    # a shared phase is waited for; a re-run alone waits for a stoppable one
+    for kind, enter in (("exclusive", lambda: gate.shared()), ("alone", lambda: gate.stoppable())):
+        started, order = threading.Event(), []
+
+        def other():
+            with enter():
+                started.set()
+                time.sleep(0.2)
+                order.append("phase done")
+
+        t = threading.Thread(target=other)
+        t.start()
+        assert started.wait(5)
+        with gate.exclusive(kind):
+            order.append(f"{kind} began")
+        t.join()
+        assert order == ["phase done", f"{kind} began"], order
+
+
+def test_with_stop_untimed_off_a_stoppable_phase_is_waited_for():
+    gate = DeviceGate(stop_untimed=False)
+    w, started, order = StampedWorker(), threading.Event(), []
+
+    def other():
+        with gate.stoppable() as ph:
+            ph.add(w)
+            started.set()
+            time.sleep(0.2)
+            order.append("phase done")
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert started.wait(5)
+    with gate.exclusive() as held:
+        order.append("timing began")
+    t.join()
+    assert order == ["phase done", "timing began"] and held.preempted == [] and w.stops == []
+
+
+def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
+    """A neighbour's timing stops a worker mid-request: the request's timeout counts only the time
+    it ran. Real process: a forward that never returns, 1 s of timeout, stopped for 1.5 s of it."""
+    from harness.build import child_env
+    from harness.isolation import Worker, WorkerTimeout
+    from harness.problems import find_problem
+    from harness.records import Command
+    exp = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
+    setup = {"role": "candidate", "problem_path": str(find_problem(exp.problem).path),
+             "solution_path": str(exp.path), "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    w = Worker(setup, env=child_env(tmp_path / "ext", "cpu"))
+    try:
+        assert w.wait_reply("load", 120).ok
+        assert w.request(Command(op="build", init_seed=1), 60)[0].ok
+        stop, go = threading.Timer(0.3, w.pause), threading.Timer(1.8, w.resume)
+        stop.start(), go.start()
+        t0 = time.perf_counter()
+        with pytest.raises(WorkerTimeout):
+            w.request(Command(op="trials", seeds=[1], shapes=[{}]), 1.0)
+        waited = time.perf_counter() - t0
+        go.join()
+        assert 2.4 < waited < 4.0, waited
+        assert abs(w.stopped_for() - 1.5) < 0.2, w.stopped_for()
+    finally:
+        w.kill()
+        w.close(grace=0)
+
+
 def test_shared_seen_only_when_a_neighbour_overlapped():
     gate = DeviceGate()
     seen = {}
@@ -187,7 +308,7 @@ def test_only_failures_a_neighbour_could_cause_are_rerun_alone(text, rerun):
 def test_real_evaluations_share_a_slot_and_timing_overlaps_nothing():
     """Real processes: four fixtures on one CPU slot with three evaluations at once. Every verdict
     is the one it gets alone, some untimed phases ran side by side, and no timing phase overlapped
-    any other phase."""
+    any other phase but the stoppable ones it stopped."""
     from harness.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     names = ["honest_linear_torch.py", "zeros_tiny_softmax.py", "raise_in_forward.py", "wrong_cpp.py"]
@@ -204,10 +325,14 @@ def test_real_evaluations_share_a_slot_and_timing_overlaps_nothing():
     for e, o in zip(exps, outs):
         assert o.record is not None, o.error
         assert o.record.status == e.status, (e.path.name, o.record.status, o.record.error)
-    timed = [e for e in rt.gate.log if e[0] != "shared"]
+    timed = [e for e in rt.gate.log if e[0] in ("exclusive", "alone")]
     assert timed, "nothing was timed"
     for t in timed:
-        assert not any(_overlaps(t, e) for e in rt.gate.log if e is not t), t
+        # a timing overlaps no shared phase and no other timing; a stoppable phase only when it
+        # stopped that phase's processes (and not at all when it is a re-run alone)
+        for e in rt.gate.log:
+            if e is not t and _overlaps(t, e):
+                assert e[0] == "stoppable" and t[0] == "exclusive" and e[3] in t[3], (t, e)
     assert rt.gate.peak_shared >= 2
 
 
@@ -320,7 +445,7 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
 
     spawned = []
 
-    def fake_start(self):
+    def fake_start(self, on_worker=None):
         if self.worker is None:
             time.sleep(0.3)  # long enough for the others to queue on the session's lock
             spawned.append(self.problem.name)

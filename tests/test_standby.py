@@ -107,8 +107,8 @@ def test_evaluate_with_standby_gives_the_same_verdict(standby, name, prime):
     served: list[Worker] = []
     take = sb.take
 
-    def recording_take(*args) -> Worker:
-        served.append(take(*args))
+    def recording_take(*args, **kw) -> Worker:
+        served.append(take(*args, **kw))
         return served[-1]
 
     sb.take = recording_take
@@ -202,8 +202,8 @@ def test_a_primed_standby_pins_before_its_setup_and_never_beside_timing(standby,
         assert idle.primed is None  # preloaded, but held back while the timing runs
     _wait_primed(idle)
     assert idle.primed.notes == {"cuda_initialized": "False", "pinned": "True", "hold": "False"}
-    (_, t0, t1), (kind, s0, _) = gate.log
-    assert kind == "shared" and s0 >= t1
+    (_, t0, t1, _), (kind, s0, _, _) = gate.log
+    assert kind == "stoppable" and s0 >= t1
 
     setup, env = _setup(tmp_path)
     w = sb.take(setup, env, 120)
