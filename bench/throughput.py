@@ -391,10 +391,12 @@ def timeline(run: Path, wall: float) -> dict:
     builds = [e["t"] for e in comp.values() if e.get("cpu_s")]
     first, last = min(e["t_start"] for e in evals), max(e["t"] for e in evals)
     waits = [e["t_start"] - comp[e["index"]]["t"] for e in evals if e["index"] in comp]
-    setup = json.loads((run / "summary.json").read_text()).get("setup_s", 0.0)
+    summ = json.loads((run / "summary.json").read_text())
+    setup = summ.get("setup_s", 0.0)
     end = max(last, max((e["t"] for e in comp.values()), default=0.0))
     return {"setup_s": setup, "first_eval_s": first, "builds_end_s": max(builds, default=0.0), "last_eval_s": last,
             "outside_s": max(0.0, wall - setup - end),  # the interpreter's start, the leaderboard, shutting down
+            "shutdown_s": summ.get("shutdown_s"),  # of outside_s: closing the slots' processes
             "wait_ready_s": statistics.mean(waits) if waits else 0.0,
             "in_flight": sum(e["t"] - e["t_start"] for e in evals) / max(1e-9, last - first),
             "cached_builds": sum(bool(e.get("cached")) for e in comp.values())}

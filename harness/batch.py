@@ -198,19 +198,85 @@ _PROBE = ("import json, torch\n"
           " for i in range(n)]))\n")
 
 
+def _torch_cuda_build() -> bool:
+    """Is the installed torch built with CUDA? Read from its version.py, without importing it."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return False
+    m = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, re.M)
+    return bool(m) and m.group(1).strip() not in ("None", "''", '""')
+
+
+def nvml_gpus() -> Optional[list[dict]]:
+    """The GPUs CUDA will show this process, from NVML: no CUDA context and no torch import, a
+    tenth of a second where the torch child takes 3-5 s (an H200 machine). None when it cannot say
+    for sure: no NVML or no driver, a torch without CUDA, CUDA_VISIBLE_DEVICES in a form not mapped
+    here (MIG), or GPUs of different models, which CUDA orders fastest first and NVML by bus."""
+    if not _torch_cuda_build():
+        return None
+    try:
+        import pynvml  # nvidia-ml-py
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - not installed, no driver
+        return None
+    try:
+        found = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
+            found.append({"name": name.decode() if isinstance(name, bytes) else name,
+                          "cap": list(pynvml.nvmlDeviceGetCudaComputeCapability(h)),
+                          "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid})
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    if len({g["name"] for g in found}) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        picked = []
+        for v in (x.strip() for x in visible.split(",")):
+            if not v:
+                break  # CUDA stops at the first empty or invalid entry
+            if v.isdigit() and int(v) < len(found):
+                picked.append(found[int(v)])
+            elif v.startswith("GPU-") and [g for g in found if g["uuid"] == v]:
+                picked.append(next(g for g in found if g["uuid"] == v))
+            else:
+                return None  # MIG-, a short UUID, an index out of range: ask torch
+        found = picked
+    return [{"name": g["name"], "cap": g["cap"]} for g in found]
+
+
 class GpuProbe:
-    """The GPUs torch sees, asked in a child so this process never touches CUDA. A batch starts it
-    first thing: the child's torch import and CUDA start (4-5 s on an H200 machine) then overlap the
-    batch's planning instead of coming before everything else."""
+    """The GPUs torch sees: from NVML when it can say (nvml_gpus), else asked in a child so this
+    process never touches CUDA. A batch starts it first thing: the child's torch import and CUDA
+    start (4-5 s on an H200 machine) then overlap the batch's planning instead of coming before
+    everything else."""
 
     def __init__(self):
+        self.proc: Optional[subprocess.Popen] = None
+        self.found = nvml_gpus()
+        if self.found is not None:
+            return
         try:
-            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+            self.proc = subprocess.Popen(
                 [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError:
             self.proc = None
 
     def result(self, timeout: float = 180) -> list[dict]:
+        if self.found is not None:
+            return self.found
         if self.proc is None:
             return []
         try:
@@ -406,6 +472,7 @@ class BatchSummary:
     compile_cpu_s: float = 0.0
     compiles: int = 0
     setup_s: float = 0.0       # from the call to the pipeline's start: probing, planning, the run directory
+    shutdown_s: float = 0.0    # from the last item's end to every process closed
     device_s: dict[str, float] = field(default_factory=dict)
     occupied_s: dict[str, float] = field(default_factory=dict)
     references: dict[str, int] = field(default_factory=dict)
@@ -414,7 +481,7 @@ class BatchSummary:
     def to_json(self) -> dict:
         return {"run_dir": str(self.run_dir), "items": self.items, "resumed": self.resumed,
                 "records": self.records, "statuses": dict(self.statuses), "wall_s": round(self.wall_s, 3),
-                "setup_s": round(self.setup_s, 3),
+                "setup_s": round(self.setup_s, 3), "shutdown_s": round(self.shutdown_s, 3),
                 "compiles": self.compiles, "compile_wall_s": round(self.compile_wall_s, 3),
                 "compile_cpu_s": round(self.compile_cpu_s, 3),
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
@@ -753,7 +820,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     try:
         if items:
             _run_with_progress(pipe, console, show_progress and console.is_terminal)
+        t_end = time.perf_counter()
         executor.shutdown()
+        summary.shutdown_s = time.perf_counter() - t_end
     except KeyboardInterrupt:
         summary.interrupted = True
         executor.shutdown(cancel=True)

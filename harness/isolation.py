@@ -12,6 +12,7 @@ waits for its setup line.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -338,6 +339,16 @@ class Worker:
         self.close()
 
 
+def close_all(closers) -> None:
+    """Call each of `closers` (a worker's, a session's or a standby's close), all at once, each on a
+    thread: on a GPU a process's exit takes its context's teardown, 0.3-0.5 s."""
+    threads = [threading.Thread(target=c, daemon=True) for c in closers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 # Read by torch when an extension is loaded, not when it is imported: the only part of a candidate's
 # environment that may differ between candidates, so it arrives with the setup instead
 LATE_ENV = ("TORCH_EXTENSIONS_DIR",)
@@ -484,5 +495,4 @@ class Standby:
                 if id(w) in self._state:
                     self._state[id(w)] = "taken"
             self._cv.notify_all()
-        for w in pool:
-            w.close(grace=0)
+        close_all([functools.partial(w.close, grace=0) for w in pool])

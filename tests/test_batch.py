@@ -394,6 +394,7 @@ def test_the_gpu_probe_is_not_waited_for_when_started_and_a_cpu_batch_stops_it(m
     import time
 
     import harness.batch as b
+    monkeypatch.setattr(b, "nvml_gpus", lambda: None)  # NVML cannot say: the child asks torch
     monkeypatch.setattr(b, "_PROBE", "import json, time; time.sleep(1.0); print(json.dumps([{'name': 'X', 'cap': [9, 0]}]))")
     t0 = time.perf_counter()
     probe = b.GpuProbe()
@@ -405,6 +406,50 @@ def test_the_gpu_probe_is_not_waited_for_when_started_and_a_cpu_batch_stops_it(m
     assert b.make_slots("cpu", None, probe)[0] == "cpu" and probe.proc.returncode is not None
     monkeypatch.setattr(b, "_PROBE", "import time; time.sleep(60)")
     assert b.GpuProbe().result(timeout=0.5) == []  # a probe that hangs is no GPU, not a hung batch
+
+
+def test_nvml_answers_for_the_gpus_cuda_will_show_and_otherwise_leaves_it_to_torch(monkeypatch):
+    """nvml_gpus maps CUDA_VISIBLE_DEVICES (indices, full UUIDs) onto NVML's devices; a form it does
+    not map (MIG), GPUs of different models (CUDA orders them fastest first), no NVML or a torch
+    without CUDA give None, and the probe then asks torch in a child. When it answers, no child."""
+    import sys
+    import types
+
+    import harness.batch as b
+    devs = [("NVIDIA H200", (9, 0), "GPU-aaa"), ("NVIDIA H200", (9, 0), "GPU-bbb")]
+    nv = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: len(devs),
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: devs[h][0].encode(),
+        nvmlDeviceGetUUID=lambda h: devs[h][2], nvmlDeviceGetCudaComputeCapability=lambda h: devs[h][1])
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setattr(b, "_torch_cuda_build", lambda: True)
+    h200 = {"name": "NVIDIA H200", "cap": [9, 0]}
+    for visible, want in ((None, [h200, h200]), ("1", [h200]), ("GPU-bbb,0", [h200, h200]), ("", []),
+                          ("MIG-GPU-aaa/1/0", None), ("GPU-aa", None), ("2", None)):
+        if visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert b.nvml_gpus() == want, visible
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    probe = b.GpuProbe()
+    assert probe.proc is None and probe.result() == [h200, h200]
+    devs[1] = ("NVIDIA H100 80GB HBM3", (9, 0), "GPU-bbb")
+    assert b.nvml_gpus() is None
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert [g["name"] for g in b.nvml_gpus()] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    monkeypatch.setattr(b, "_torch_cuda_build", lambda: False)
+    assert b.nvml_gpus() is None
+    monkeypatch.setattr(b, "_torch_cuda_build", lambda: True)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert b.nvml_gpus() is None
+
+
+def test_torch_cuda_build_is_read_from_the_installed_torch():
+    import torch
+
+    import harness.batch as b
+    assert b._torch_cuda_build() == (torch.version.cuda is not None)
 
 
 def test_compile_plan_starts_a_build_per_core(monkeypatch):

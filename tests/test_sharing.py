@@ -373,6 +373,31 @@ def test_sessions_in_use_are_never_evicted(monkeypatch):
     assert probs[0].name in closed
 
 
+def test_a_slot_closes_its_processes_all_at_once():
+    """At a batch's end every reference and standby process of a slot is closed at once: a GPU
+    process's exit takes its context's teardown, and one after another they added seconds."""
+    from harness.executor import DeviceSlot, SlotRuntime
+
+    closed: list[str] = []
+
+    class Slow:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            time.sleep(0.4)
+            closed.append(self.name)
+
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {}, concurrency=4), "small", None, 5, 4)
+    for i in range(4):
+        rt.sessions[f"p{i}"] = Slow(f"p{i}")
+    rt.standby = Slow("standby")
+    t0 = time.perf_counter()
+    rt.close()
+    assert time.perf_counter() - t0 < 1.0
+    assert sorted(closed) == ["p0", "p1", "p2", "p3", "standby"] and not rt.sessions and rt.standby is None
+
+
 def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
     """The kernel listing's seconds of CUPTI start-up run no solution code: a neighbour's timing need
     not wait for them (its gate stops this candidate meanwhile). The profiled forward itself runs the
