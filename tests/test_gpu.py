@@ -106,7 +106,9 @@ def test_an_identical_launch_bound_solution_times_like_its_reference():
     which slows every later launch there about 4x) happens before it is timed."""
     r = evaluate_fixture(read_expectation(ROOT / "tests/fixtures/gpu/honest_launch_bound_ext.py"), device="cuda")
     detail = f"error={r.error!r}\nflags={r.flags}\nspeedup={r.speedup}\nmethod={r.timing_method}"
-    assert r.status.value == "passed" and r.flags == [], detail
+    # short_kernel: 24 launches of ~2 us each, under the ~70 us where each process's offset widens
+    # the interval by more than 1% (timing.process_bias_us)
+    assert r.status.value == "passed" and set(r.flags) <= {"short_kernel"}, detail
     # the kernel list was taken (after timing), the profiler started first outside the gate
     assert r.phases.profile_s is not None and r.phases.profiler_start_s is not None, detail
     assert 0.85 < r.speedup < 1.18, detail
