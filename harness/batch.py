@@ -18,6 +18,7 @@ and finishes the rest.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import __version__, cpus
+from .build import torch_versions
 from .config import Config
 from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
                        LocalExecutor, problem_key, sessions_per_slot)
@@ -199,17 +201,11 @@ _PROBE = ("import json, torch\n"
 
 
 def _torch_cuda_build() -> bool:
-    """Is the installed torch built with CUDA? Read from its version.py, without importing it."""
-    import importlib.util
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return False
+    """Is the installed torch built with CUDA? (Without importing it.)"""
     try:
-        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
-    except OSError:
+        return bool(torch_versions()[1])
+    except ImportError:
         return False
-    m = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, re.M)
-    return bool(m) and m.group(1).strip() not in ("None", "''", '""')
 
 
 def nvml_gpus() -> Optional[list[dict]]:
@@ -350,8 +346,8 @@ def cuda_arch_list(gpus: list[dict]) -> str:
 
 
 def fingerprint(device: str, slots: list[DeviceSlot], gpus: list[dict]) -> dict:
-    import torch
-    return {"harness": __version__, "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+    torch_version, torch_cuda = torch_versions()
+    return {"harness": __version__, "torch": torch_version, "torch_cuda": torch_cuda,
             "python": platform.python_version(), "host": socket.gethostname(), "platform": platform.platform(),
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "device": device,
             "slots": [{"name": s.name, **s.env} for s in slots], "gpus": gpus, "nvidia_smi": nvidia_smi(),
@@ -735,6 +731,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
 
     console = console or Console(stderr=True)
     t_start = time.perf_counter()
+    # the parent judges with torch (correctness.py): its import (2-5 s) runs beside the planning,
+    # the probe and the first candidates' start instead of before them
+    threading.Thread(target=importlib.import_module, args=("torch",), daemon=True, name="import-torch").start()
     probe = GpuProbe() if cfg.device != "cpu" else None
     try:
         roots = [Path(r) for r in (problem_roots or DEFAULT_ROOTS)]

@@ -9,6 +9,7 @@ torch import and a ninja check, 6-8 s of a core per solution on an H200 machine)
 libraries are the ones that build produced."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -33,9 +34,26 @@ def source_file(code: str, original: Path, cache_dir: Path, extracted: bool) -> 
     return out.resolve()
 
 
+@functools.lru_cache(maxsize=1)
+def torch_versions() -> tuple[str, Optional[str]]:
+    """(torch.__version__, torch.version.cuda), read from the installed torch's version.py: the
+    parent needs them before its first judging, and importing torch takes it 2-5 s (a batch imports
+    it on a thread meanwhile)."""
+    import importlib.util
+    import re
+    spec = importlib.util.find_spec("torch")
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+        version = re.search(r"^__version__\b[^=]*=\s*['\"]([^'\"]+)['\"]", text, re.M).group(1)
+        cuda = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, re.M).group(1).strip()
+        return version, (None if cuda == "None" else cuda.strip("'\""))
+    except (AttributeError, OSError, TypeError, IndexError):
+        import torch
+        return str(torch.__version__), torch.version.cuda
+
+
 def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
-    import torch
-    key = "\n".join([code, torch.__version__, device, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+    key = "\n".join([code, torch_versions()[0], device, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
                      sys.version.split()[0]])
     d = cache_dir / "ext" / hashlib.sha256(key.encode()).hexdigest()[:20]
     d.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ from typing import Optional, Union
 from . import __version__, cpus
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
-from .correctness import judge_trial, load_trial
 from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
@@ -113,6 +112,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     `standby`: where the candidate's process comes from, already started (a batch's device slot).
     `gate`: the device slot's gate when several evaluations share it (sharing.py): untimed phases
     run beside other evaluations' phases, timing has the device to itself."""
+    from .correctness import judge_trial, load_trial  # torch: imported once judging is near (batch.py)
+
     cfg = config or load_config()
     gate = gate or SoloGate(timing_cpu=cpus.plan(1)[0][0])
     waited0 = gate.waited
@@ -372,6 +373,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol: Tolerance, cfg: Config) -> None:
     """A speedup past the ceiling is re-checked on new inputs (and the extra shapes) before it is
     reported, and flagged either way."""
+    from .correctness import judge_trial, load_trial
     res.flags.append("excessive_speedup")
     rng = random.Random(secrets.randbits(64))
     seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]

@@ -11,14 +11,16 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .build import child_env
 from .config import Config
-from .correctness import TrialData, load_trial
 from .isolation import Standby, Worker
 from .problems import Problem
 from .records import Command, EnvInfo
+
+if TYPE_CHECKING:
+    from .correctness import TrialData
 
 
 class ReferenceError(RuntimeError):
@@ -131,6 +133,7 @@ class ReferenceSession:
             reply, _ = self.worker.request(Command(op="trials", seeds=self.plan.seeds, shapes=self.plan.shapes), to)
             if not reply.ok:
                 raise ReferenceError(f"problem {self.problem.name}: reference forward failed: {reply.error}")
+            from .correctness import load_trial
             self.trials = [load_trial(b) for b in reply.blobs]
         except ReferenceError:
             self.close()

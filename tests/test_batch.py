@@ -445,11 +445,19 @@ def test_nvml_answers_for_the_gpus_cuda_will_show_and_otherwise_leaves_it_to_tor
     assert b.nvml_gpus() is None
 
 
-def test_torch_cuda_build_is_read_from_the_installed_torch():
-    import torch
-
-    import harness.batch as b
-    assert b._torch_cuda_build() == (torch.version.cuda is not None)
+def test_torch_versions_are_read_without_importing_torch():
+    """The batch's parent reads torch's versions from its files and imports it on a thread (2-5 s on
+    a GPU machine, which came before the batch's start): its modules do not import torch."""
+    import subprocess
+    import sys
+    code = ("import sys, harness.batch, harness.evaluation, harness.executor, harness.reference, harness.cli\n"
+            "from harness.build import torch_versions\n"
+            "v = torch_versions()\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "import torch\n"
+            "assert v == (str(torch.__version__), torch.version.cuda), v\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_compile_plan_starts_a_build_per_core(monkeypatch):
