@@ -13,7 +13,7 @@ compile CPU-seconds are the build children's user+system time (compiler included
 device-seconds the records' phases outside the build (load, trials, timing, reference start). A
 pipeline with no barriers and no idle device runs close to it. (On the CPU the device slot's work
 also takes CPU; the table's floor does not count that.) The warm run is reported as a fraction of the
-cold one. Verdicts are checked against what each solution was written to get.
+cold one. Verdicts are checked, in every run, against what each solution was written to get.
 
 Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--gpus 0,1] [--compile-workers N]
 Results: a table on stdout (last lines) and bench/out/throughput-<device>.md (copied by hand,
@@ -455,11 +455,12 @@ def main() -> int:
 
     expect = {(s["label"], s["problem"], s["name"]): s["expect"] for s in sols}
     wrong = []
-    for r in results["cold"]["recs"]:
-        key = tuple(Path(r["solution"]).parts[-3:])
-        if expect.get(key) != r["status"]:
-            wrong.append(f"{'/'.join(key)}: expected {expect.get(key)}, got {r['status']}"
-                         + (f" ({(r.get('error') or '').splitlines()[0][:160]})" if r.get("error") else ""))
+    for name, res in results.items():  # every run: a warm run shares its slot as much as a cold one
+        for r in res["recs"]:
+            key = tuple(Path(r["solution"]).parts[-3:])
+            if expect.get(key) != r["status"]:
+                wrong.append(f"{name} {'/'.join(key)}: expected {expect.get(key)}, got {r['status']}"
+                             + (f" ({(r.get('error') or '').splitlines()[0][:160]})" if r.get("error") else ""))
     gpu = _gpu_name(work / "cold") if args.device == "cuda" else platform.processor() or platform.machine()
     table = render(results)
     md = report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, work)
@@ -472,7 +473,8 @@ def main() -> int:
         print(f"{len(wrong)} unexpected verdict(s):\n  " + "\n  ".join(wrong), file=sys.stderr)
     print(f"written {out.relative_to(REPO)}", file=sys.stderr)
     print(f"{len(sols)} solutions, {len(problems)} problems, {n_ext} builds; {args.device} ({gpu}), {cores} cores, "
-          f"{results['cold']['slots']} device slot(s); verdicts as written: {len(sols) - len(wrong)}/{len(sols)}")
+          f"{results['cold']['slots']} device slot(s); verdicts as written: "
+          f"{len(sols) * len(results) - len(wrong)}/{len(sols) * len(results)} over {len(results)} runs")
     print(table)
     for name, r in results.items():
         print(f"{name}: per evaluated solution ({r['evaluated']}): " +

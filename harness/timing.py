@@ -313,6 +313,13 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
             flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
         reset_l2 = runner.cache.setdefault("reset_l2", _persisting_l2_reset())
+    if cuda and hold_us > 0 and P.get("hold") is None and not P.get("hold_rechecked"):
+        # the check at pin() ran beside other contexts' work (a standby primed, or a candidate
+        # started, while other evaluations ran): time-slicing lets the side stream's kernel in while
+        # the hold is switched out, and the check fails though the hold works on a quiet GPU. Here
+        # the GPU is quiet, as it is for every timed call: check once more, in the same conditions.
+        P["hold_rechecked"] = True
+        P["hold"] = _gpu_hold(torch)
     hold = P.get("hold") if cuda and hold_us > 0 else None
     if cuda and hold_us > 0 and hold is None:
         flags.append("launch_hold_unavailable")
@@ -547,6 +554,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     min_calls = t.min_calls if cuda else t.cpu_min_calls
     with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
     warm = True
+    no_hold = False  # the reference's process has no working hold: neither side gets one
     # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
     # launch a call; every later round holds both sides for twice that, plus a margin
     m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
@@ -598,9 +606,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         m.l2_reset = bool(r_reply.l2_reset)
         if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
             m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
+            if m.hold_us > 0:
+                # a hold on one side only would leave the launching inside the reference's interval
+                # and out of the candidate's: both sides without, from a new warm-up round (the
+                # fingerprints' verdict on the calls made so far stands)
+                m.hold_us, warm, no_hold = 0.0, True, True
+                m.cand, m.ref, m.rounds = Side(), Side(), 0
+                continue
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
-            if cuda and t.launch_hold_us == "auto":
+            if cuda and t.launch_hold_us == "auto" and not no_hold:
                 m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
                                          t.launch_hold_max_us)
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
