@@ -140,31 +140,19 @@ def test_timing_stops_a_stoppable_phase_instead_of_waiting_for_it():
     assert kinds == ["exclusive", "stoppable"] and gate.log[0][3] == (out["phase_id"],)
 
     # a shared phase is waited for; a re-run alone waits for a stoppable one
-    for kind, enter in (("exclusive", lambda: gate.shared()), ("alone", lambda: gate.stoppable())):
-        started, order = threading.Event(), []
-
-        def other():
-            with enter():
-                started.set()
-                time.sleep(0.2)
-                order.append("phase done")
-
-        t = threading.Thread(target=other)
-        t.start()
-        assert started.wait(5)
-        with gate.exclusive(kind):
-            order.append(f"{kind} began")
-        t.join()
-        assert order == ["phase done", f"{kind} began"], order
+    assert _phase_then_writer(gate, gate.shared, "exclusive")[0] == ["phase done", "exclusive began"]
+    assert _phase_then_writer(gate, gate.stoppable, "alone")[0] == ["phase done", "alone began"]
 
 
-def test_with_stop_untimed_off_a_stoppable_phase_is_waited_for():
-    gate = DeviceGate(stop_untimed=False)
-    w, started, order = StampedWorker(), threading.Event(), []
+def _phase_then_writer(gate: DeviceGate, enter, kind: str, worker=None):
+    """A phase entered with `enter()` (0.2 s long), then `gate.exclusive(kind)` asked for while it
+    runs: the order they ended and began in, and what the exclusive phase held."""
+    started, order = threading.Event(), []
 
     def other():
-        with gate.stoppable() as ph:
-            ph.add(w)
+        with enter() as ph:
+            if worker is not None:
+                ph.add(worker)
             started.set()
             time.sleep(0.2)
             order.append("phase done")
@@ -172,10 +160,16 @@ def test_with_stop_untimed_off_a_stoppable_phase_is_waited_for():
     t = threading.Thread(target=other)
     t.start()
     assert started.wait(5)
-    with gate.exclusive() as held:
-        order.append("timing began")
+    with gate.exclusive(kind) as held:
+        order.append(f"{kind} began")
     t.join()
-    assert order == ["phase done", "timing began"] and held.preempted == [] and w.stops == []
+    return order, held
+
+
+def test_with_stop_untimed_off_a_stoppable_phase_is_waited_for():
+    gate, w = DeviceGate(stop_untimed=False), StampedWorker()
+    order, held = _phase_then_writer(gate, gate.stoppable, "exclusive", w)
+    assert order == ["phase done", "exclusive began"] and held.preempted == [] and w.stops == []
 
 
 def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):

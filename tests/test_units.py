@@ -209,6 +209,22 @@ def test_round_state_drops_transient_slowdowns_but_not_the_power_cap():
     assert round_state(None, base, 0.75, 1980) == {"slow": False}  # no NVML: every round kept
 
 
+def _steady_monitor(reasons: int = 0):
+    """A GpuMonitor stand-in whose every reading is the same, with these clock-event reasons."""
+
+    class Monitor:
+        max_sm = 1980
+
+        def __init__(self, gpu=None):
+            pass
+
+        def snapshot(self):
+            return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": reasons, "power_ns": 0,
+                    "thermal_ns": 0}
+
+    return Monitor
+
+
 class _FakeTimed:
     """A worker answering `time` commands with fixed samples and whatever clocks it claims."""
 
@@ -269,17 +285,7 @@ def test_a_slowdown_that_persists_is_measured_under_and_flagged(monkeypatch):
 
     import harness.timing as timing
 
-    class Monitor:
-        max_sm = 1980
-
-        def __init__(self, gpu=None):
-            pass
-
-        def snapshot(self):
-            return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": 0x8, "power_ns": 0,
-                    "thermal_ns": 0}
-
-    monkeypatch.setattr(timing, "GpuMonitor", Monitor)
+    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor(reasons=0x8))
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
     m = timing.measure(_FakeTimed(1.0, 1980), _FakeTimed(2.0, 1980), cfg, random.Random(0), cuda=True,
                        tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
@@ -297,16 +303,6 @@ def test_a_reference_without_a_working_hold_times_both_sides_without_one(monkeyp
 
     import harness.timing as timing
 
-    class Monitor:
-        max_sm = 1980
-
-        def __init__(self, gpu=None):
-            pass
-
-        def snapshot(self):
-            return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": 0, "power_ns": 0,
-                    "thermal_ns": 0}
-
     class Side(_FakeTimed):
         def __init__(self, ms, has_hold):
             super().__init__(ms, 1980)
@@ -319,7 +315,7 @@ def test_a_reference_without_a_working_hold_times_both_sides_without_one(monkeyp
                 reply.flags = ["launch_hold_unavailable"]
             return reply, wall
 
-    monkeypatch.setattr(timing, "GpuMonitor", Monitor)
+    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor())
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10,
                              "timing.compile_baseline": "off"})
     cand, ref = Side(1.0, True), Side(2.0, False)
