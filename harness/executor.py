@@ -232,7 +232,7 @@ class SlotRuntime:
         self.concurrency = max(1, concurrency)
         self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
         # a GPU slot's gate is a real one even for one evaluation at a time: its standbys' priming
-        # (isolation.Standby) runs GPU work and must wait for timing like any shared phase
+        # (isolation.Standby) runs GPU work, and timing must stop it like any untimed phase
         shared = self.concurrency > 1 or self.slot.device == "cuda"
         self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu,
                                                                      stop_untimed=self.slot.stop_untimed)

@@ -292,8 +292,9 @@ class Worker:
     def stopped_for(self) -> float:
         """Seconds spent stopped so far, a stop under way included."""
         with self._pause_lock:
-            now = time.perf_counter() if self._stopped_at is not None else 0.0
-            return self._stopped_s + (now - self._stopped_at if self._stopped_at is not None else 0.0)
+            if self._stopped_at is None:
+                return self._stopped_s
+            return self._stopped_s + time.perf_counter() - self._stopped_at
 
     def kill(self) -> None:
         try:
@@ -370,8 +371,8 @@ class Standby:
     evaluations sharing a device slot take from one Standby.
 
     `prime` (the slot's device): each one, once started, is also primed (Worker.prime: CUDA context,
-    timing primitives pinned) by a thread of its own inside a shared phase of the slot's `gate`, so
-    that it never runs GPU work beside a timing run. A worker taken before its turn came is handed
+    timing primitives pinned) by a thread of its own inside a stoppable phase of the slot's `gate`,
+    so that it never runs GPU work beside a timing run (the timing stops it). A worker taken before its turn came is handed
     out unprimed and pins for itself, as a fresh one does."""
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,

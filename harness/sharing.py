@@ -18,7 +18,7 @@ timed. A `DeviceGate` is the slot's readers-writer lock for that:
   between phases they are idle, and a candidate's own background threads must not launch work
   beside someone else's timing. `held.preempted` says whether it stopped a phase mid-way: GPU work
   that phase had queued may still be draining, and the caller waits for the device to be quiet
-  (worker.Runner.quiet) before it times anything.
+  (timing.quiet_gpu, from the reference's process) before it times anything.
 - `alone()`: a whole evaluation with the device to itself, for re-running one that failed while the
   device was shared (out of memory because of a neighbour) before its failure is a verdict. It waits
   for stoppable phases to end as for shared ones: a stopped process still holds its memory.
@@ -55,8 +55,8 @@ class DeviceGate:
         self._held: Optional["Held"] = None      # the exclusive phase holding the gate, if any
         self._alone_waiting = 0
         self._local = threading.local()
-        # (kind, start, end) of every phase, for tests that check timing never overlapped anything
-        self.log: Optional[list[tuple[str, float, float]]] = [] if record else None
+        # (kind, start, end, detail) of every phase (_note), for tests that check what timing overlapped
+        self.log: Optional[list[tuple]] = [] if record else None
         self.peak_shared = 0
         self.backgrounded = 0  # evaluations in a phase that needs no lane (background())
 
@@ -197,10 +197,9 @@ class DeviceGate:
         try:
             yield held
         finally:
-            with self._cv:
+            with self._cv:  # as they were stopped: under the lock, so no phase joins half-way
                 self._held = None
-            held.release()
-            with self._cv:
+                held.release()
                 self._writer = None
                 self._note(kind, t0, tuple(held.preempted))
                 self._cv.notify_all()

@@ -517,9 +517,10 @@ def _preload(rep_fd: int) -> None:
 
 
 def _prime(rep_fd: int, device: str) -> None:
-    """A standby's second step, asked for by the parent while no GPU timing runs (it touches the GPU):
-    the CUDA context, and the timing primitives pinned with the launch hold built and checked, which
-    a candidate's load would otherwise do (0.7 s of it on an H200 machine). Still no problem's or
+    """A standby's second step, asked for by the parent in a stoppable phase of the slot's gate (it
+    touches the GPU, so a timing stops it): the CUDA context, and the timing primitives pinned with
+    the launch hold built and checked, which a candidate's load would otherwise do (0.7 s of it on an
+    H200 machine). Still no problem's or
     solution's code: pinning here is as early as pinning in Runner, and the reference role, which
     also takes standbys, only ever reads what pin() keeps."""
     import torch
