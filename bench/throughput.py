@@ -417,7 +417,10 @@ def main() -> int:
     ap.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
                     help="a further warm run with this [batch] setting changed, e.g. prime_standbys=false "
                          "(repeatable: one run each, alternating with the default's warm runs)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [batch] setting for every run, cold included (an A/B of the cold run across invocations)")
     args = ap.parse_args()
+    every = dict(kv.split("=", 1) for kv in args.set)
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     work = Path(args.out or REPO / "bench" / "out" / f"throughput-{args.device}-{stamp}").resolve()
@@ -425,16 +428,16 @@ def main() -> int:
     sols = [s for s in catalog(args.device) if s["small"] or not args.small]
     write_tree(work / "subs", sols)
     cfg = work / "bench.toml"
-    write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline, args.lanes)  # a fresh, empty build cache
+    write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, every)  # a fresh, empty build cache
     runs = [("cold", cfg), ("warm", cfg)]
     if args.compare_lanes:
         cfg2 = work / f"bench-lanes{args.compare_lanes}.toml"
-        write_config(cfg2, work / "cache", args.run_timeout, args.compile_baseline, args.compare_lanes)
+        write_config(cfg2, work / "cache", args.run_timeout, args.compile_baseline, args.compare_lanes, every)
         runs.append((f"warm{args.compare_lanes}", cfg2))
     for i, kv in enumerate(args.compare):
         key, val = kv.split("=", 1)
         cfg3 = work / f"bench-{key}.toml"
-        write_config(cfg3, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, {key: val})
+        write_config(cfg3, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, {**every, key: val})
         runs.append((f"warm-{key}={val}", cfg3))
         if i < len(args.compare) - 1:  # the default again in between: machine drift shows as its spread
             runs.append((f"warm{i + 2}", cfg))

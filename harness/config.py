@@ -112,6 +112,9 @@ class Batch(BaseModel):
     # a GPU slot's standbys also make their CUDA context and build the launch hold (worker._prime:
     # 0.7 s of each candidate's load on an H200 machine), in the slot's untimed phases
     prime_standbys: bool = True
+    # standbys are forked from one process per slot that imported torch once (forkserver.py), in
+    # milliseconds each instead of 2-4 s of CPU; false: each starts its own interpreter
+    fork_standbys: bool = True
     # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
     # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
     concurrent_evaluations: int = 4

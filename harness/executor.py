@@ -58,7 +58,9 @@ RERUN_ALONE = (Status.runtime_error, Status.interface_error)
 # segfaults, would do so alone too, and re-running every such one cost a warm batch 4-10 s each.
 # Matching too much only costs that time again; matching too little would keep a neighbour's verdict.
 NEIGHBOUR_CAUSED = re.compile(r"out of memory|OutOfMemory|alloc|NOT_INITIALIZED|CUDNN_STATUS_INTERNAL_ERROR"
-                              r"|ERROR_OUT_OF_MEMORY|SIGKILL|SIGBUS|std::bad_alloc", re.IGNORECASE)
+                              r"|ERROR_OUT_OF_MEMORY|SIGKILL|SIGBUS|std::bad_alloc"
+                              # a neighbour may have killed the fork server its process came from
+                              r"|fork server was killed", re.IGNORECASE)
 
 
 def neighbour_may_have_caused(rec: EvalResult) -> bool:
@@ -300,7 +302,8 @@ class SlotRuntime:
                 prime = self.slot.device if self.slot.device == "cuda" and cfg.batch.prime_standbys else None
                 self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)),
                                        depth + self.concurrency - 1, cpus=self.slot.background_cpus,
-                                       prime=prime, gate=self.gate, timeout=cfg.timeouts.load_s)
+                                       prime=prime, gate=self.gate, timeout=cfg.timeouts.load_s,
+                                       fork=cfg.batch.fork_standbys)
             return self.standby
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 from pydantic import ValidationError
 
 from .cpus import restrict
+from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
 from .records import Command, Reply
 
 MAX_LINE_BYTES = 64 << 20
@@ -53,6 +54,8 @@ class WorkerProtocolError(Exception):
 def describe_exit(code: Optional[int]) -> str:
     if code is None:
         return "still running"
+    if code == EXIT_UNKNOWN:
+        return SERVER_GONE
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -112,8 +115,10 @@ class Worker:
     preloads what a candidate needs and waits: `ready()`, then `start(setup)`."""
 
     def __init__(self, setup: Optional[dict], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None,
-                 cpus: Optional[set[int]] = None):
-        """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py)."""
+                 cpus: Optional[set[int]] = None, forkserver: Optional[ForkServer] = None, fork_timeout: float = 120.0):
+        """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py).
+        `forkserver` (a standby only, `env` the server's own): forked from there when it can, else
+        started fresh."""
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         _widen(self._rep_r)
@@ -124,7 +129,9 @@ class Worker:
         self.standby = setup is None
         if self.standby:
             child_env["HARNESS_STANDBY"] = "1"
-        self.proc = subprocess.Popen(
+        proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout) if forkserver and self.standby else None
+        self.forked = proc is not None
+        self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker"],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
             pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
@@ -376,7 +383,7 @@ class Standby:
     out unprimed and pins for itself, as a fresh one does."""
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
-                 prime: Optional[str] = None, gate=None, timeout: float = 120.0):
+                 prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
         from .sharing import SoloGate
         self.env = _early(env)
         self.depth = max(1, depth)
@@ -384,6 +391,8 @@ class Standby:
         self.prime_device = prime
         self.gate = gate or SoloGate()
         self.timeout = timeout
+        # one torch import for all of them (forkserver.py); None: each imports its own
+        self.server = ForkServer(self.env, cpus) if fork else None
         self._cv = threading.Condition()
         # id(worker) -> "starting" (its thread waits for the preload), "queued" (for the gate),
         # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
@@ -391,7 +400,7 @@ class Standby:
         self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
 
     def _spawn(self) -> Worker:
-        w = Worker(None, env=self.env, cpus=self.cpus)
+        w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout)
         if self.prime_device:
             self._state[id(w)] = "starting"
             threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
@@ -497,3 +506,5 @@ class Standby:
                     self._state[id(w)] = "taken"
             self._cv.notify_all()
         close_all([functools.partial(w.close, grace=0) for w in pool])
+        if self.server is not None:
+            self.server.close()

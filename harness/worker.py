@@ -500,18 +500,28 @@ def set_dumpable(dumpable: bool) -> None:
         pass
 
 
-def _preload(rep_fd: int) -> None:
+def preload_imports(fork_safe: bool = False) -> None:
     """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
-    or a solution's code or creates a CUDA context (the setup, and the device, are not known yet)."""
-    import torch
+    or a solution's code or creates a CUDA context (the setup, and the device, are not known yet).
+    `fork_safe`: for a fork server (forkserver.py), only what leaves the CUDA driver uninitialised,
+    which a forked child could not use: torch.utils.cpp_extension's import asks CUDA whether it is
+    available (cuInit) wherever nvcc is installed, so each child imports that one itself."""
+    import torch  # noqa: F401
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    import torch.utils.cpp_extension  # noqa: F401
     try:  # the launch hold's kernel (timing.pin): 0.14 s of the load phase on an H200 machine
         import triton.language  # noqa: F401
     except ImportError:
         pass
-    from . import problems, timing  # noqa: F401
+    from . import problems, records, timing  # noqa: F401
+    if not fork_safe:
+        import torch.utils.cpp_extension  # noqa: F401
+
+
+def _preload(rep_fd: int) -> None:
+    import torch
+
     from .records import Reply
+    preload_imports()
     _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
 

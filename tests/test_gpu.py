@@ -149,3 +149,32 @@ def test_the_launch_hold_lasts_as_asked_and_keeps_other_streams_off_the_gpu():
     for us, held, side_done in rows[1:]:  # the first: the side stream's first use
         assert 0.8 * us < held < 1.25 * us + 50, rows
         assert side_done >= 0.95 * held, rows
+
+
+@gpu
+def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
+    """Standbys forked from the slot's fork server (forkserver.py): the server must leave the CUDA
+    driver uninitialised, or no child could use the GPU; one primed on the GPU then serves a
+    candidate, which gets a fresh process's verdict."""
+    import time
+
+    from harness.build import child_env
+    from harness.evaluation import evaluate
+    from harness.isolation import Standby
+    sb = Standby(child_env(None, "cuda"), 1, prime="cuda")
+    served = []
+    take = sb.take
+    sb.take = lambda *a, **k: served.append(take(*a, **k)) or served[-1]
+    try:
+        assert sb.server.ready(120) and sb.server.notes["fork_safe"], (sb.server.notes, sb.server.log_tail())
+        w = sb.idle
+        deadline = time.monotonic() + 120
+        while w.primed is None and w.returncode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert w.forked and w.primed is not None and w.primed.notes["cuda_initialized"] == "True", w.log_tail()
+        args = ROOT / "solutions/relu_add/cuda_relu_add.py", ROOT / "tests/problems/relu_add.py", make_config(device="cuda")
+        r = evaluate(*args, standby=sb)
+        assert served and served[0] is w
+        assert r.status.value == evaluate(*args).status.value == "passed", (r.error, r.log_tail)
+    finally:
+        sb.close()

@@ -92,15 +92,16 @@ def test_standby_falls_back_to_a_fresh_worker(standby, tmp_path):
         assert w is not idle and w.preloaded is None and sb.idle is idle
 
 
-@pytest.mark.parametrize("prime", [None, "cpu"])
+@pytest.mark.parametrize("prime,fork", [(None, True), ("cpu", True), (None, False)])
 @pytest.mark.parametrize("name", ["fixtures/cpu/honest_cpp.py", "fixtures/cpu/zeros_tiny_softmax.py",
                                   "fixtures/cpu/raise_in_forward.py",
                                   # both defeated by what pin() took before the solution's import:
                                   # from the standby's priming when it was primed
                                   "adversarial/cpu/timer_rebind_pinned.py", "adversarial/cpu/input_mutation_hidden.py"])
-def test_evaluate_with_standby_gives_the_same_verdict(standby, name, prime):
+def test_evaluate_with_standby_gives_the_same_verdict(standby, name, prime, fork):
+    """Forked from the slot's fork server (forkserver.py) or started fresh, primed or not."""
     from harness.evaluation import evaluate
-    sb, _ = standby(prime=prime)
+    sb, _ = standby(prime=prime, fork=fork)
     exp = read_expectation(TESTS / name)
     if prime:
         _wait_primed(sb.idle)
@@ -115,6 +116,7 @@ def test_evaluate_with_standby_gives_the_same_verdict(standby, name, prime):
     rec = evaluate(exp.path, exp.problem, make_config(device="cpu", **exp.overrides), standby=sb)
     fresh = evaluate_fixture(exp)
     assert len(served) == 1 and served[0].preloaded is not None, "the candidate did not come from the standby"
+    assert served[0].forked == fork
     assert (rec.status, sorted(rec.flags)) == (fresh.status, sorted(fresh.flags)) == (exp.status, sorted(exp.flags))
 
 
@@ -216,10 +218,11 @@ def test_a_standby_taken_before_its_priming_goes_out_unprimed(standby, tmp_path)
     worker goes out as it is (its load pins for itself) and its priming thread stands down."""
     from harness.sharing import DeviceGate
     gate = DeviceGate(record=True)
-    sb, taken = standby(prime="cpu", gate=gate)
-    idle = sb.idle
     setup, env = _setup(tmp_path)
     with gate.exclusive("timing"):
+        # made inside: a forked standby is ready in milliseconds, and would be primed before the timing
+        sb, taken = standby(prime="cpu", gate=gate)
+        idle = sb.idle
         _wait(lambda: idle.preloaded is not None)
         w = sb.take(setup, env, 120)
         taken.append(w)

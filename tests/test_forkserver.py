@@ -1,0 +1,123 @@
+"""Standbys forked from a fork server: the same process a fresh interpreter would be, exit statuses
+reported, and a server killed under them costs throughput, never a verdict. CPU only."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import TESTS
+from harness.build import child_env
+from harness.executor import neighbour_may_have_caused
+from harness.forkserver import EXIT_UNKNOWN
+from harness.isolation import Standby, Worker, describe_exit
+from harness.records import EvalResult, Status
+
+SETUP = {"role": "candidate", "problem_path": str(TESTS / "problems" / "relu_add.py"), "device": "cpu",
+         "size": "small", "dtype": None, "cpu_threads": 1}
+
+# imported as the solution: reports what its process looks like, through its import error
+PROBE = r'''
+import ctypes, json, os, threading
+fds = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+fds = [f for f in fds if os.path.exists(f"/proc/self/fd/{f}")]  # less listdir's own
+facts = {
+    "own_group": os.getpgid(0) == os.getpid(), "own_session": os.getsid(0) == os.getpid(),
+    "fds": len(fds), "stdin": os.readlink("/proc/self/fd/0"),
+    "cuda_driver": any(os.readlink(f"/proc/self/fd/{f}").startswith("/dev/nvidia") for f in fds),
+    "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),
+    "env": sorted(k for k in os.environ if k.startswith("HARNESS") or k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")),
+    "python_threads": threading.active_count(),
+}
+raise RuntimeError("facts=" + json.dumps(facts) + "=end")
+'''
+
+
+@pytest.fixture
+def cleanup(monkeypatch):
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    made: list = []
+    yield made
+    for x in reversed(made):
+        x.close()
+
+
+def _facts(w: Worker) -> dict:
+    reply = w.wait_reply("load", 120)
+    assert not reply.ok and "facts=" in reply.error, reply.error
+    return json.loads(reply.error.split("facts=", 1)[1].split("=end", 1)[0])
+
+
+def test_a_forked_standby_is_the_process_a_fresh_one_would_be(cleanup, tmp_path):
+    sol = tmp_path / "probe.py"
+    sol.write_text(PROBE)
+    env = child_env(tmp_path / "ext", "cpu")
+    sb = Standby(child_env(None, "cpu"), 1)
+    cleanup.append(sb)
+    assert sb.server.ready(120) and sb.server.notes["fork_safe"] and sb.server.notes["python_threads"] == 1
+    facts = {}
+    for role in ("candidate", "reference"):
+        setup = {**SETUP, "role": role, "solution_path": str(sol)}
+        if role == "reference":
+            setup["problem_path"] = str(sol)  # the reference role imports the problem file
+        forked = sb.take(setup, env, 120)
+        fresh = Worker(setup, env={**env, "HARNESS_NONDUMPABLE": "1"} if role == "reference" else env)
+        cleanup += [forked, fresh]
+        assert forked.forked and forked.preloaded is not None and not fresh.forked
+        facts[role] = (_facts(forked), _facts(fresh))
+    for role, (forked, fresh) in facts.items():
+        assert forked == fresh, role
+        assert forked["own_group"] and forked["own_session"] and forked["stdin"] == "/dev/null"
+        if not forked["cuda_driver"]:  # where nvcc and a GPU are, the cpp_extension import opens the driver's
+            assert forked["fds"] == 5  # stdin, stdout, stderr, its command pipe and its reply pipe
+        assert forked["env"] == [] and forked["python_threads"] == 1
+    assert facts["candidate"][0]["dumpable"] == 1  # a candidate, as a fresh one: dumpable again
+    assert facts["reference"][0]["dumpable"] == 0  # a reference stays out of a candidate's reach
+
+
+def test_the_server_reports_each_exit_and_is_not_dumpable(cleanup):
+    sb = Standby(child_env(None, "cpu"), 2)
+    cleanup.append(sb)
+    assert sb.server.ready(120)
+    assert sb.server.notes["dumpable"] == 0
+    a, b = list(sb.pool)
+    assert a.forked and b.forked and a.ready(60) and b.ready(60)
+    os.killpg(a.pid, signal.SIGSEGV)
+    assert a.proc.wait(30) == -signal.SIGSEGV
+    assert describe_exit(a.returncode) == "segmentation fault (SIGSEGV)"
+    b.close()  # asked politely: exit code 0
+    assert b.returncode == 0
+
+
+def test_a_killed_server_costs_throughput_not_verdicts(cleanup, tmp_path):
+    """A candidate can kill the server (same user). The standbys it forked go on working; their
+    exits then have no status, which reads as a failure a neighbour may have caused (re-run alone),
+    and later standbys are fresh interpreters."""
+    sb = Standby(child_env(None, "cpu"), 1)
+    cleanup.append(sb)
+    w = sb.idle
+    assert w.forked and w.ready(60)
+    os.kill(sb.server.proc.pid, signal.SIGKILL)
+    sb.server.proc.wait(30)
+    deadline = time.monotonic() + 30
+    while not sb.server.dead:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    sol = tmp_path / "report_ext_dir.py"
+    sol.write_text('import os\nraise RuntimeError("ext=" + os.environ.get("TORCH_EXTENSIONS_DIR", "unset"))\n')
+    got = sb.take({**SETUP, "solution_path": str(sol)}, child_env(tmp_path / "ext", "cpu"), 120)
+    cleanup.append(got)
+    assert got is w  # still alive and working
+    reply = got.wait_reply("load", 120)
+    assert f"ext={tmp_path / 'ext'}" in reply.error
+    assert sb.idle is not None and not sb.idle.forked and sb.idle.ready(120)
+
+    assert got.proc.wait(30) == EXIT_UNKNOWN  # it exits after a failed load, with no one to report how
+    rec = EvalResult(problem="p", solution="s", status=Status.runtime_error,
+                     error=f"the solution's process died: {describe_exit(got.returncode)}")
+    assert "fork server was killed" in rec.error and neighbour_may_have_caused(rec)
