@@ -56,18 +56,20 @@ def test_a_forked_standby_is_the_process_a_fresh_one_would_be(cleanup, tmp_path)
     sol = tmp_path / "probe.py"
     sol.write_text(PROBE)
     env = child_env(tmp_path / "ext", "cpu")
-    sb = Standby(child_env(None, "cpu"), 1)
-    cleanup.append(sb)
+    sb, own = Standby(child_env(None, "cpu"), 1), Standby(child_env(None, "cpu"), 1, fork=False)
+    cleanup += [sb, own]
     assert sb.server.ready(120) and sb.server.notes["fork_safe"] and sb.server.notes["python_threads"] == 1
     facts = {}
     for role in ("candidate", "reference"):
         setup = {**SETUP, "role": role, "solution_path": str(sol)}
         if role == "reference":
             setup["problem_path"] = str(sol)  # the reference role imports the problem file
-        forked = sb.take(setup, env, 120)
-        fresh = Worker(setup, env={**env, "HARNESS_NONDUMPABLE": "1"} if role == "reference" else env)
+        # against a standby started as its own interpreter, which has imported as much (on a CUDA
+        # machine a standby's preload has run cuInit, which a child with its setup from the start
+        # does later)
+        forked, fresh = sb.take(setup, env, 120), own.take(setup, env, 120)
         cleanup += [forked, fresh]
-        assert forked.forked and forked.preloaded is not None and not fresh.forked
+        assert forked.forked and forked.preloaded is not None and not fresh.forked and fresh.preloaded is not None
         facts[role] = (_facts(forked), _facts(fresh))
     for role, (forked, fresh) in facts.items():
         assert forked == fresh, role
