@@ -436,7 +436,7 @@ def main() -> int:
         runs.append((f"warm{args.compare_lanes}", cfg2))
     for i, kv in enumerate(args.compare):
         key, val = kv.split("=", 1)
-        cfg3 = work / f"bench-{key}.toml"
+        cfg3 = work / f"bench-{key}-{val}.toml"  # two values of one key: two files
         write_config(cfg3, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, {**every, key: val})
         runs.append((f"warm-{key}={val}", cfg3))
         if i < len(args.compare) - 1:  # the default again in between: machine drift shows as its spread
