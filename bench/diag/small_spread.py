@@ -9,7 +9,8 @@ processes and between blocks of one process: a per-process bias shows as a sprea
 larger than between blocks.
 --rotate: each call's inputs placed after a spacer of random size (0-48 MB), so that one process sees
 many placements instead of one.
-Usage: python bench/diag/small_spread.py [--procs 6] [--rotate]"""
+--fork: the processes forked from one that imported torch (no CUDA), as a batch's standbys are.
+Usage: python bench/diag/small_spread.py [--procs 6] [--rotate] [--fork]"""
 import json
 import statistics
 import subprocess
@@ -71,9 +72,41 @@ def trimmed(xs, frac=0.1):
     return statistics.fmean(xs[k:len(xs) - k])
 
 
-def main(procs: int = 6) -> None:
+def forked_runs(procs: int) -> list[dict]:
+    """--fork: each process forked from this one after torch's import and before any CUDA (as the
+    batch's standbys are, forkserver.py): one address-space layout for all, where fresh processes
+    each draw their own (ASLR)."""
+    import io
+    import os
+
+    import torch  # noqa: F401  (imported once here; CUDA is first touched in each child)
+    from harness import timing  # noqa: F401
     runs = []
     for _ in range(procs):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                buf = io.StringIO()
+                sys.stdout = buf
+                child()
+                os.write(w, buf.getvalue().encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            out = f.read()
+        os.waitpid(pid, 0)
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    return runs
+
+
+def main(procs: int = 6) -> None:
+    runs = []
+    if "--fork" in sys.argv:
+        runs = forked_runs(procs)
+    for _ in range(0 if runs else procs):
         p = subprocess.run([sys.executable, __file__, "--child", *(["--rotate"] if "--rotate" in sys.argv else [])],
                            capture_output=True, text=True, timeout=300)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
