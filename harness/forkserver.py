@@ -144,7 +144,8 @@ class ForkServer:
 
     def fork(self, cmd_r: int, rep_w: int, out_w: int, timeout: float) -> Optional[ForkedProc]:
         """A new standby on these fds (the caller keeps and closes its own copies), or None when the
-        server cannot give one (dead, or not ready within `timeout`): the caller starts a fresh one."""
+        server cannot give one (dead, refused, or no answer within `timeout`): the caller starts a
+        fresh one, on new pipes, since these may have reached the server."""
         if not self.ready(timeout):
             return None
         with self._lock:
@@ -154,8 +155,14 @@ class ForkServer:
                 return None
             with self._cv:
                 if not self._cv.wait_for(lambda: self._forked or self.dead, timeout) or not self._forked:
+                    # a late answer would pair the next request with this child: no more requests
+                    self.dead = True
+                    self.proc.kill()
                     return None
                 pid = self._forked.pop(0)
+                if pid is None:  # refused: it will refuse again
+                    self._ready = {**(self._ready or {}), "fork_safe": False}
+                    return None
                 self._mine.add(pid)
         return ForkedProc(self, pid)
 

@@ -77,6 +77,16 @@ def _widen(fd: int) -> None:
         pass
 
 
+def _pipes() -> tuple[int, int, int, int, int, int]:
+    """A worker's three pipes: (command read, command write, reply read, reply write, output read,
+    output write)."""
+    cmd_r, cmd_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    _widen(rep_r)
+    out_r, out_w = os.pipe()
+    return cmd_r, cmd_w, rep_r, rep_w, out_r, out_w
+
+
 class _Tail(threading.Thread):
     """Drains a pipe and keeps the last LOG_TAIL_BYTES, counting the rest."""
 
@@ -119,18 +129,20 @@ class Worker:
         """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py).
         `forkserver` (a standby only, `env` the server's own): forked from there when it can, else
         started fresh."""
-        cmd_r, self._cmd_w = os.pipe()
-        self._rep_r, rep_w = os.pipe()
-        _widen(self._rep_r)
-        out_r, out_w = os.pipe()
+        cmd_r, self._cmd_w, self._rep_r, rep_w, out_r, out_w = _pipes()
+        self.standby = setup is None
+        proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout) if forkserver and self.standby else None
+        self.forked = proc is not None
+        if forkserver and self.standby and proc is None:
+            # those fds may have reached the server: a child it forks late must not share these pipes
+            for fd in (cmd_r, self._cmd_w, self._rep_r, rep_w, out_r, out_w):
+                os.close(fd)
+            cmd_r, self._cmd_w, self._rep_r, rep_w, out_r, out_w = _pipes()
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONUNBUFFERED"] = "1"
         child_env["HARNESS_WORKER_FDS"] = f"{cmd_r},{rep_w}"
-        self.standby = setup is None
         if self.standby:
             child_env["HARNESS_STANDBY"] = "1"
-        proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout) if forkserver and self.standby else None
-        self.forked = proc is not None
         self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker"],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,

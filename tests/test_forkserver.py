@@ -123,3 +123,24 @@ def test_a_killed_server_costs_throughput_not_verdicts(cleanup, tmp_path):
     rec = EvalResult(problem="p", solution="s", status=Status.runtime_error,
                      error=f"the solution's process died: {describe_exit(got.returncode)}")
     assert "fork server was killed" in rec.error and neighbour_may_have_caused(rec)
+
+
+def test_a_refused_fork_gives_a_fresh_standby_on_its_own_pipes(cleanup):
+    """The server refuses a request it cannot serve safely (here a malformed one: two fds). The
+    caller then starts a fresh interpreter on new pipes, and asks the server nothing more."""
+    import socket
+    sb = Standby(child_env(None, "cpu"), 1)
+    cleanup.append(sb)
+    assert sb.idle.forked and sb.idle.ready(120)
+    r, w = os.pipe()
+    with sb.server._lock:
+        socket.send_fds(sb.server.sock, [b"f"], [r, w])
+    os.close(r)
+    os.close(w)
+    fresh = Worker(None, env=sb.env, forkserver=sb.server, fork_timeout=30)
+    cleanup.append(fresh)
+    assert not fresh.forked and fresh.ready(120) and fresh.returncode is None
+    assert not sb.server.notes["fork_safe"]
+    later = Worker(None, env=sb.env, forkserver=sb.server, fork_timeout=30)
+    cleanup.append(later)
+    assert not later.forked and later.ready(120)
