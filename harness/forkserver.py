@@ -56,10 +56,6 @@ class ForkedProc:
         self.server = server
         self.pid = pid
 
-    @property
-    def returncode(self) -> Optional[int]:
-        return self.poll()
-
     def poll(self) -> Optional[int]:
         return self.server._exit_code(self.pid)
 
@@ -77,7 +73,7 @@ class ForkedProc:
 class ForkServer:
     """One server process for one environment (a Standby's). Thread-safe."""
 
-    def __init__(self, env: dict[str, str], cpus: Optional[set[int]] = None, cwd: Optional[str] = None):
+    def __init__(self, env: dict[str, str], cpus: Optional[set[int]] = None):
         from .cpus import restrict
         from .isolation import _Tail
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -89,7 +85,7 @@ class ForkServer:
         senv["PYTHONUNBUFFERED"] = "1"
         senv["HARNESS_FORKSERVER_FD"] = str(theirs.fileno())
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.forkserver"], stdin=subprocess.DEVNULL,
-                                     stdout=out_w, stderr=out_w, pass_fds=(theirs.fileno(),), env=senv, cwd=cwd,
+                                     stdout=out_w, stderr=out_w, pass_fds=(theirs.fileno(),), env=senv,
                                      start_new_session=True, close_fds=True)
         restrict(self.proc.pid, cpus)  # inherited by every child
         theirs.close()
@@ -227,11 +223,6 @@ def _driver_open() -> bool:
     return False
 
 
-def _dumpable() -> int:
-    import ctypes
-    return ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
-
-
 def _send(sock: socket.socket, obj: dict) -> None:
     sock.sendall(json.dumps(obj).encode() + b"\n")
 
@@ -272,7 +263,7 @@ def _child(fds: list[int], keep_env: dict, sync_w: int) -> None:
 
 
 def main() -> None:
-    from .worker import preload_imports, set_dumpable
+    from .worker import is_dumpable, preload_imports, set_dumpable
     set_dumpable(False)
     sock = socket.socket(fileno=int(os.environ["HARNESS_FORKSERVER_FD"]))
     keep_env = json.loads(os.environ["HARNESS_FORKSERVER_ENV"])
@@ -286,7 +277,7 @@ def main() -> None:
     safe = threads == 1 and not _driver_open()
     _send(sock, {"ready": True, "fork_safe": safe, "import_s": round(time.perf_counter() - t0, 3),
                  "python_threads": threads, "native_threads": len(os.listdir("/proc/self/task")),
-                 "dumpable": _dumpable()})
+                 "dumpable": is_dumpable()})
     children = 0
     open_ = True
     while open_ or children:

@@ -500,6 +500,15 @@ def set_dumpable(dumpable: bool) -> None:
         pass
 
 
+def is_dumpable() -> Optional[int]:
+    """PR_GET_DUMPABLE (Linux); None where it cannot be asked."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)
+    except Exception:
+        return None
+
+
 def preload_imports(fork_safe: bool = False) -> None:
     """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
     or a solution's code or creates a CUDA context (the setup, and the device, are not known yet).
