@@ -495,3 +495,39 @@ def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming(
     gpu = SlotRuntime(DeviceSlot("cuda:0", "cuda", concurrency=1), "small", None)
     cpu = SlotRuntime(DeviceSlot("cpu", "cpu", concurrency=1), "small", None)
     assert type(gpu.gate) is DeviceGate and type(cpu.gate) is SoloGate
+
+
+def test_a_candidates_own_timeout_keeps_its_problems_reference(tmp_path, monkeypatch):
+    """A candidate that hangs in its trials times out without touching the reference process, so
+    the next solution of that problem reuses it (restarting it cost 1-2.5 s on an H200 machine). A
+    reference with a reply still owed (it timed out itself) is not reused. Real processes, CPU."""
+    import harness.evaluation as ev
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.records import Status
+    honest = tmp_path / "honest.py"
+    honest.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                      "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
+    hang = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
+    prob = find_problem(hang.problem)
+    cfg = make_config(device="cpu", **{"timeouts.run_s": 3, "batch.standby_workers": 0})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None)
+    try:
+        statuses = [rt.evaluate(EvalTask(i, str(s), prob, None, cfg, None)).record.status
+                    for i, s in enumerate([honest, hang.path, honest])]
+        assert statuses == [Status.passed, Status.timeout, Status.passed]
+        assert rt.references_started == 1
+        # an evaluation after which the reference still owes a reply: the next one starts a new one
+        real = ev.evaluate
+
+        def left_waiting(*args, reference, **kw):
+            rec = real(*args, reference=reference, **kw)
+            reference.worker.awaiting = "time"
+            return rec
+        monkeypatch.setattr(ev, "evaluate", left_waiting)
+        assert rt.evaluate(EvalTask(3, str(honest), prob, None, cfg, None)).record.status == Status.passed
+        monkeypatch.setattr(ev, "evaluate", real)
+        assert rt.evaluate(EvalTask(4, str(honest), prob, None, cfg, None)).record.status == Status.passed
+        assert rt.references_started == 2
+    finally:
+        rt.close()
