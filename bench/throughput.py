@@ -371,6 +371,11 @@ def analyse(run: Path, wall: float, cores: int) -> dict:
     evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
     phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
               for k in ("load_s", "correctness_s", "timing_s", "profile_s", "wait_s")}
+    # the kernel listings: in the candidate's process (its profiler's start-up) or in a lister
+    phases["listed_own"] = sum(1 for p in evald if p.get("profiler_start_s") is not None)
+    phases["listed_apart"] = sum(1 for p in evald if p.get("lister_s") is not None)
+    phases["profiler_start_s"] = sum(p.get("profiler_start_s") or 0.0 for p in evald) / max(1, phases["listed_own"])
+    phases["lister_s"] = sum(p.get("lister_s") or 0.0 for p in evald) / max(1, phases["listed_apart"])
     return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "timeline": timeline(run, wall), "compile_cpu_s": compile_cpu,
             "compiles": summary["compiles"], "device_s": device_s, "timed_s": timed_s, "lanes": lanes,
             "dev_floor_s": dev_floor, "occupied_s": sum(summary.get("device_occupied_s", {}).values()),

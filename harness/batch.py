@@ -513,6 +513,7 @@ class Pipeline:
         self.compiling = 0          # items in the first stage (builds and reads)
         self.building = 0           # of which builds in flight or queued
         self.builds_total = sum(it.builds for it in items)
+        self.builds_open = self.builds_total  # solutions with extensions without a record or a skip yet
         self.compiled = 0
         self.compile_failed = 0
         self.done = 0
@@ -564,7 +565,7 @@ class Pipeline:
         st.start(item)
         self.inflight[k] += 1
         task = EvalTask(index=item.index, solution=str(item.path), problem=item.problem, label=item.label,
-                        cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s)
+                        cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s, listings_ahead=self.builds_open)
         futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, st)
 
     def _retire_finished(self) -> None:
@@ -581,6 +582,7 @@ class Pipeline:
     # -- outcomes ---------------------------------------------------------------------------------
     def _record(self, item: Item, rec: EvalResult) -> None:
         self.results.write(rec)
+        self.builds_open -= item.builds
         self.done += 1
         self.summary.records += 1
         self.summary.statuses[rec.status.value] += 1
@@ -592,6 +594,7 @@ class Pipeline:
 
     def _skip(self, item: Item, reason: str) -> None:
         sk = Skipped(str(item.path), reason, item.label, item.problem.name)
+        self.builds_open -= item.builds
         self.skipped += 1
         self.summary.skipped.append(sk)
         self.events.write("skipped", **sk.__dict__)

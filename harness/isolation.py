@@ -181,13 +181,14 @@ class Worker:
                 return False
         return True
 
-    def prime(self, device: str, timeout: float) -> bool:
+    def prime(self, device: str, timeout: float, profiler: bool = False) -> bool:
         """A ready() standby: make its CUDA context and pin the timing primitives now (worker._prime),
-        so that its candidate's load does not. It runs GPU work: call it only where no timing runs
-        (Standby does, under its gate). False when it died or hung meanwhile."""
+        so that its candidate's load does not; `profiler`: start the profiler too (a lister). It runs
+        GPU work: call it only where no timing runs (Standby does, under its gate). False when it
+        died or hung meanwhile."""
         if not self.standby or self.preloaded is None or self.primed is not None:
             raise RuntimeError("prime() is for a ready standby worker, once")
-        self._send_line(json.dumps({"op": "prime", "device": device}))
+        self._send_line(json.dumps({"op": "prime", "device": device, "profiler": profiler}))
         try:
             self.primed = self.wait_reply("prime", timeout)
         except (WorkerTimeout, WorkerDied, WorkerProtocolError):
@@ -398,7 +399,13 @@ class Standby:
     `prime` (the slot's device): each one, once started, is also primed (Worker.prime: CUDA context,
     timing primitives pinned) by a thread of its own inside a stoppable phase of the slot's `gate`,
     so that it never runs GPU work beside a timing run (the timing stops it). A worker taken before its turn came is handed
-    out unprimed and pins for itself, as a fresh one does."""
+    out unprimed and pins for itself, as a fresh one does.
+
+    Listers (`want_listers`, a GPU slot's): standbys whose priming also starts the profiler, so that
+    the kernel list of a solution that passed (evaluation._list_kernels) takes a forward under it in
+    a process of its own instead of CUPTI's start-up in the timed one after its timing (4-6 s at the
+    end of each such evaluation on an H200 machine). A lister is stopped (SIGSTOP) while it waits:
+    nothing of an idle profiled process runs beside a timing."""
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
                  prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
@@ -416,13 +423,52 @@ class Standby:
         # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
         self._state: dict[int, str] = {}
         self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
+        self.lister_depth = 0
+        self.listers: deque[Worker] = deque()
 
-    def _spawn(self) -> Worker:
+    def _spawn(self, lister: bool = False) -> Worker:
         w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout)
         if self.prime_device:
             self._state[id(w)] = "starting"
-            threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
+            threading.Thread(target=self._prime, args=(w, lister), daemon=True,
+                             name="standby-lister" if lister else "standby-prime").start()
         return w
+
+    def want_listers(self, n: int) -> None:
+        """Keep `n` listers started from now on (a GPU slot's; 0: none more). The batch asks for as
+        many as the solutions with extensions it has left allow, so none is started for nothing."""
+        if self.prime_device != "cuda":
+            return
+        with self._cv:
+            self.lister_depth = max(0, n)
+            while len(self.listers) < self.lister_depth:
+                self.listers.append(self._spawn(lister=True))
+
+    def take_lister(self, timeout: float) -> Optional[Worker]:
+        """A lister, primed with its profiler started, resumed and not yet given a setup (activate());
+        None when there is none to take or it failed. Waits for one still priming, which a caller
+        must not do inside a phase of the gate (the priming may need to enter one)."""
+        with self._cv:
+            w = self.listers.popleft() if self.listers else None
+            while len(self.listers) < self.lister_depth:
+                self.listers.append(self._spawn(lister=True))
+            if w is None:
+                return None
+            ok = self._cv.wait_for(lambda: self._state.get(id(w)) not in ("starting", "queued", "priming"), timeout)
+            self._state.pop(id(w), None)
+        w.resume()
+        if ok and w.primed is not None and w.returncode is None:
+            return w
+        w.close(grace=0)
+        return None
+
+    def activate(self, w: Worker, setup: dict, env: dict[str, str]) -> bool:
+        """Give a standby taken from here (take_lister) its setup; False when `env` is not the one it
+        was started with (the caller starts what it needs some other way)."""
+        if _early(_dumpable_ok(env)) != self.env:
+            return False
+        w.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
+        return True
 
     def _move(self, w: Worker, frm: str, to: str) -> bool:
         with self._cv:
@@ -432,7 +478,7 @@ class Standby:
             self._cv.notify_all()
             return True
 
-    def _prime(self, w: Worker) -> None:
+    def _prime(self, w: Worker, lister: bool = False) -> None:
         try:
             if not w.ready(self.timeout):
                 self._move(w, "starting", "done")
@@ -441,8 +487,13 @@ class Standby:
                 return
             with self.gate.stoppable() as phase:
                 phase.add(w)
-                if self._move(w, "queued", "priming") and not w.prime(self.prime_device, self.timeout):
+                moved = self._move(w, "queued", "priming")
+                primed = moved and w.prime(self.prime_device, self.timeout, profiler=lister)
+                if moved and not primed:
                     w.kill()  # it may still be priming: it would answer "prime" to its setup
+            if primed and lister:
+                # out of the phase: a timing that stopped it there resumes what it stopped when it ends
+                w.pause()
         except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
             pass
         finally:
@@ -518,7 +569,8 @@ class Standby:
 
     def close(self) -> None:
         with self._cv:
-            pool, self.pool = list(self.pool), deque()
+            pool, self.pool = list(self.pool) + list(self.listers), deque()
+            self.listers, self.lister_depth = deque(), 0
             for w in pool:
                 if id(w) in self._state:
                     self._state[id(w)] = "taken"

@@ -330,27 +330,28 @@ class Runner:
         return {"flags": flags, "notes": notes}
 
     def start_profiler(self) -> dict:
-        """One empty profiler session: CUPTI's start-up (seconds, host-bound) paid here, where the
-        parent does not hold the device slot for it, so that the listing's own session is short.
-        Only after timing, for the same reason as kernels()."""
-        from torch.profiler import ProfilerActivity, profile
+        """CUPTI's start-up (start_profiler below) in the timed candidate's own process. Only after
+        timing, for the same reason as kernels()."""
         t0 = time.perf_counter()
         # timing is over: hand back the NaN-filled block (_poison) and the rest of the cache, since
         # the slot starts another evaluation beside this one meanwhile (gate.background)
         self.torch.cuda.empty_cache()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            pass
-        prof.events()
+        start_profiler()
         return {"profile_s": time.perf_counter() - t0}
 
-    def kernels(self, seed: int) -> dict:
-        """One forward on fresh inputs under the profiler: the names of the GPU kernels it ran.
-        The parent asks for this after timing, never before: once the profiler (CUPTI) has been
+    def kernels(self, seed: int, warmup: int = 0) -> dict:
+        """One forward on fresh inputs under the profiler: the names of the GPU kernels it ran,
+        after `warmup` forwards on the same inputs outside it (a lister process, which has run
+        nothing of the solution's before, so that a first call is not the one listed).
+        Never in a process that is still to be timed: once the profiler (CUPTI) has been
         attached, every later launch in this process costs more (7 -> 27 us per op measured on an
         H200), and a launch-bound candidate would be timed slower than its reference."""
         from torch.profiler import ProfilerActivity, profile
         t0 = time.perf_counter()
         inputs = self.make_inputs(seed)
+        with self.torch.no_grad():
+            for _ in range(warmup):
+                self.forward(inputs)
         with self.torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
             self.forward(inputs)
             self.torch.cuda.synchronize()
@@ -474,7 +475,7 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
                 reply = Reply(op="profiler", ok=True, **runner.start_profiler())
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0]))
+                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0], cmd.warmup))
             else:
                 reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
         except InterfaceError as e:
@@ -535,13 +536,23 @@ def _preload(rep_fd: int) -> None:
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
 
 
-def _prime(rep_fd: int, device: str) -> None:
+def start_profiler() -> None:
+    """One empty profiler session: CUPTI's start-up (4-6 s of host work on an H200 machine), after
+    which a listing's own session takes milliseconds."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        pass
+    prof.events()
+
+
+def _prime(rep_fd: int, device: str, profiler: bool = False) -> None:
     """A standby's second step, asked for by the parent in a stoppable phase of the slot's gate (it
     touches the GPU, so a timing stops it): the CUDA context, and the timing primitives pinned with
     the launch hold built and checked, which a candidate's load would otherwise do (0.7 s of it on an
     H200 machine). Still no problem's or
     solution's code: pinning here is as early as pinning in Runner, and the reference role, which
-    also takes standbys, only ever reads what pin() keeps."""
+    also takes standbys, only ever reads what pin() keeps. `profiler`: a lister's priming
+    (isolation.Standby.take_lister), which pays CUPTI's start-up too."""
     import torch
 
     from .records import Reply
@@ -549,9 +560,13 @@ def _prime(rep_fd: int, device: str) -> None:
     if device == "cuda":
         torch.cuda.init()
     pin(torch)
-    _send(rep_fd, Reply(op="prime", ok=True, notes={"cuda_initialized": str(torch.cuda.is_initialized()),
-                                                    "pinned": str(is_pinned()),
-                                                    "hold": str(pinned("hold") is not None)}))
+    notes = {"cuda_initialized": str(torch.cuda.is_initialized()), "pinned": str(is_pinned()),
+             "hold": str(pinned("hold") is not None)}
+    if profiler and device == "cuda":  # a lister (isolation.Standby): it is never timed
+        t0 = time.perf_counter()
+        start_profiler()
+        notes["profiler_start_s"] = f"{time.perf_counter() - t0:.3f}"
+    _send(rep_fd, Reply(op="prime", ok=True, notes=notes))
 
 
 def main() -> None:
@@ -571,7 +586,7 @@ def main() -> None:
         setup = json.loads(line)
         if not (standby and setup.get("op") == "prime"):
             break
-        _prime(rep_fd, setup.get("device", "cpu"))
+        _prime(rep_fd, setup.get("device", "cpu"), bool(setup.get("profiler")))
     if standby:
         if setup.get("role") not in ("candidate", "reference"):  # the "exit" that close() sends
             os._exit(0)

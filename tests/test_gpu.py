@@ -187,3 +187,40 @@ def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
         assert r.status.value == evaluate(*args).status.value == "passed", (r.error, r.log_tail)
     finally:
         sb.close()
+
+
+@gpu
+def test_a_lister_waits_stopped_with_its_profiler_started_then_lists_as_the_candidate_would():
+    """A GPU slot's lister (isolation.Standby.want_listers): primed with the profiler's start-up
+    paid, then stopped until taken. A passing solution with extensions is listed there (no
+    profiler start-up in its own process), with the flag the candidate's own listing gives: none
+    for a solution whose kernel runs, `no_custom_kernel` for one whose kernel is never launched."""
+    import time
+
+    from harness.build import child_env
+    from harness.evaluation import evaluate
+    from harness.isolation import Standby
+    cfg = make_config(device="cuda")
+    sb = Standby(child_env(None, "cuda"), 1, prime="cuda")
+    cases = [(ROOT / "solutions/relu_add/cuda_relu_add.py", []),
+             (ROOT / "tests/fixtures/gpu/kernel_defined_never_launched.py", ["no_custom_kernel"])]
+    try:
+        for solution, flags in cases:
+            sb.want_listers(1)
+            lister = sb.listers[0]
+            deadline = time.monotonic() + 180
+            while sb._state.get(id(lister)) != "done" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert lister.primed is not None and "profiler_start_s" in lister.primed.notes, lister.log_tail()
+            state = open(f"/proc/{lister.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            assert lister.stopped and state == "T", state  # waits stopped
+            r = evaluate(solution, ROOT / "tests/problems/relu_add.py", cfg, standby=sb)
+            detail = (solution.name, r.status, r.error, r.flags, r.phases)
+            assert r.status.value == "passed" and sorted(set(r.flags) - {"short_kernel"}) == flags, detail
+            assert r.phases.lister_s is not None and r.phases.profiler_start_s is None, detail
+            assert lister.returncode is not None  # closed with the candidate
+            own = evaluate(solution, ROOT / "tests/problems/relu_add.py", cfg)  # listed in its own process
+            assert own.phases.lister_s is None and own.phases.profiler_start_s is not None
+            assert sorted(set(own.flags) - {"short_kernel"}) == flags, own.flags
+    finally:
+        sb.close()
