@@ -502,7 +502,8 @@ class Pipeline:
         self.max_sessions = max((sessions_per_slot(s.concurrency) for s in executor.slots),
                                 default=SESSIONS_PER_SLOT)
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
-        self.listing_first = device == "cuda" and cfg.correctness.list_kernels
+        # without listers an extension solution's evaluation ends in the profiler's start-up (below)
+        self.listing_first = device == "cuda" and cfg.correctness.list_kernels and not cfg.batch.listers
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
@@ -639,7 +640,8 @@ class Pipeline:
         self.events.write("evaluated", index=item.index, solution=str(item.path), slot=st.slot.name,
                           t_start=None if started is None else round(started - self.t0, 3),
                           t=round(time.perf_counter() - self.t0, 3),
-                          status=eo.record.status.value if eo.record is not None else None)
+                          status=eo.record.status.value if eo.record is not None else None,
+                          reference_dropped=eo.reference_dropped)
         self.inflight[k] -= 1
         st.finish(item)
         st.busy_s += eo.busy_s

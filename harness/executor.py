@@ -134,6 +134,7 @@ class EvalOutcome:
     error: Optional[str] = None
     problem_failed: bool = False            # the reference itself failed: no verdict for anyone
     busy_s: float = 0.0
+    reference_dropped: Optional[str] = None  # why its problem's reference process is not reused
 
 
 class Executor(Protocol):
@@ -352,12 +353,18 @@ class SlotRuntime:
             # timed out on its own (a hang in its trials) leaves the reference as it was: restarting
             # it cost the next solution of that problem 1-2.5 s on an H200 machine.
             ref = session.worker
-            drop = ref is not None and (ref.returncode is not None or getattr(ref, "awaiting", None) is not None)
+            if ref is not None and ref.returncode is not None:
+                out.reference_dropped = "it exited"
+            elif ref is not None and getattr(ref, "out_of_step", False):
+                out.reference_dropped = "a reply it owed was not read"
+            drop = out.reference_dropped is not None
         except ReferenceError as e:
             out.error, out.problem_failed, drop = str(e), True, True
+            out.reference_dropped = "it failed"
         except Exception as e:  # noqa: BLE001 - a harness bug must not stop the batch
             out.error = f"internal error while evaluating: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
             drop = True
+            out.reference_dropped = "internal error"
         finally:
             self._release(key, session, drop)
         out.busy_s = time.perf_counter() - t0

@@ -164,9 +164,10 @@ class Worker:
         self._p0 = 0.0  # stopped_for() when the reply now awaited was asked for
         self.preloaded: Optional[Reply] = None  # a standby's first line: imports done, what it holds
         self.primed: Optional[Reply] = None     # its second, if asked for (prime): CUDA and pinning done
-        # the op whose reply is awaited and not yet read in full; left set when waiting for it failed
-        # (a timeout, say): that reply may still come, so the worker cannot take another command
-        self.awaiting: Optional[str] = None
+        # a reply was waited for and not read in full (a timeout, say): it may still come, so the
+        # channel is out of step and the worker cannot take another command. Sticky: a healthy
+        # request of another thread in flight at the same moment never sets it
+        self.out_of_step = False
         if setup is not None:
             self._send_line(json.dumps(setup))
 
@@ -214,7 +215,6 @@ class Worker:
         it, measured where the child cannot reach. Binary frames that follow the reply line are in
         `reply.blobs`."""
         t0 = time.perf_counter()
-        self.awaiting = cmd.op
         self._send_line(cmd.model_dump_json())
         reply = self.wait_reply(cmd.op, timeout, t0=t0)
         return reply, time.perf_counter() - t0
@@ -222,18 +222,20 @@ class Worker:
     def wait_reply(self, op: str, timeout: float, t0: Optional[float] = None) -> Reply:
         deadline = (t0 or time.perf_counter()) + timeout
         self._p0 = self.stopped_for()
-        self.awaiting = op
-        line = self._read_until(deadline, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
         try:
-            reply = Reply.model_validate_json(line)
-        except ValidationError as e:
-            raise WorkerProtocolError(f"malformed reply from worker: {str(e)[:300]}") from None
-        if reply.op != op:
-            raise WorkerProtocolError(f"reply for {reply.op!r} received while waiting for {op!r}")
-        if sum(reply.blob_sizes) > MAX_BLOB_BYTES or any(n < 0 for n in reply.blob_sizes):
-            raise WorkerProtocolError("worker reply exceeds the size limit")
-        reply.blobs = [self._read_exact(deadline, n) for n in reply.blob_sizes]
-        self.awaiting = None
+            line = self._read_until(deadline, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
+            try:
+                reply = Reply.model_validate_json(line)
+            except ValidationError as e:
+                raise WorkerProtocolError(f"malformed reply from worker: {str(e)[:300]}") from None
+            if reply.op != op:
+                raise WorkerProtocolError(f"reply for {reply.op!r} received while waiting for {op!r}")
+            if sum(reply.blob_sizes) > MAX_BLOB_BYTES or any(n < 0 for n in reply.blob_sizes):
+                raise WorkerProtocolError("worker reply exceeds the size limit")
+            reply.blobs = [self._read_exact(deadline, n) for n in reply.blob_sizes]
+        except (WorkerTimeout, WorkerDied, WorkerProtocolError):
+            self.out_of_step = True
+            raise
         return reply
 
     def wait_json(self, timeout: float) -> bytes:

@@ -186,6 +186,7 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
     try:
         assert w.wait_reply("load", 120).ok
         assert w.request(Command(op="build", init_seed=1), 60)[0].ok
+        assert not w.out_of_step
         stop, go = threading.Timer(0.3, w.pause), threading.Timer(1.8, w.resume)
         stop.start(), go.start()
         t0 = time.perf_counter()
@@ -194,6 +195,7 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
         waited = time.perf_counter() - t0
         go.join()
         assert 2.4 < waited < 4.0, waited
+        assert w.out_of_step  # its reply may still come: the worker is not to be asked again
         assert abs(w.stopped_for() - 1.5) < 0.2, w.stopped_for()
     finally:
         w.kill()
@@ -598,10 +600,11 @@ def test_a_candidates_own_timeout_keeps_its_problems_reference(tmp_path, monkeyp
 
         def left_waiting(*args, reference, **kw):
             rec = real(*args, reference=reference, **kw)
-            reference.worker.awaiting = "time"
+            reference.worker.out_of_step = True
             return rec
         monkeypatch.setattr(ev, "evaluate", left_waiting)
-        assert rt.evaluate(EvalTask(3, str(honest), prob, None, cfg, None)).record.status == Status.passed
+        out = rt.evaluate(EvalTask(3, str(honest), prob, None, cfg, None))
+        assert out.record.status == Status.passed and out.reference_dropped == "a reply it owed was not read"
         monkeypatch.setattr(ev, "evaluate", real)
         assert rt.evaluate(EvalTask(4, str(honest), prob, None, cfg, None)).record.status == Status.passed
         assert rt.references_started == 2
