@@ -411,8 +411,8 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
     process still to be timed, because the profiler slows every later launch in its process (see
     worker.Runner.kernels).
 
-    Where: a lister from the slot's standby (its profiler started ahead: _list_apart) when there is
-    one, else the candidate's own process after its timing. There, the profiler's start-up takes
+    Where: a lister from the slot's standby (its profiler started ahead: _list_apart) when one is
+    ready, else the candidate's own process after its timing. There, the profiler's start-up takes
     seconds of host work and runs no solution code, so it is not a shared phase: a neighbour's timing
     need not wait for it, and it holds no lane (the slot starts another evaluation meanwhile). The
     candidate stays registered with the gate, so that timing still stops its process (and the
@@ -440,10 +440,10 @@ def _list_apart(phases: PhaseTimes, seed: int, cfg: Config, gate: DeviceGate, st
     """The kernel list from a lister: a process of the same solution, primed with its profiler
     started while earlier evaluations ran, which loads and builds the solution and lists one
     forward after `timing.warmup` forwards outside the profiler (a first call is not the one
-    listed). The reply, or None when there was no lister or anything went wrong in it: the caller
+    listed). The reply, or None when no lister was ready or anything went wrong in it: the caller
     then lists in the candidate's process, as without listers, and that gives any verdict."""
     t0 = time.perf_counter() - gate.waited
-    lister = standby.take_lister(cfg.timeouts.load_s)  # outside any phase: it may wait for a priming
+    lister = standby.take_lister()
     if lister is None:
         return None
     extra.append(lister)  # closed with the candidate

@@ -452,15 +452,15 @@ class _ListerStandby:
     def __init__(self, lister):
         self.lister, self.activated = lister, []
 
-    def take_lister(self, timeout):
-        return self.lister
+    def take_lister(self):
+        return None if self.lister.fail == "none ready" else self.lister
 
     def activate(self, w, setup, env):
         self.activated.append(setup)
         return True
 
 
-@pytest.mark.parametrize("fail", [None, "build", "kernels"])
+@pytest.mark.parametrize("fail", [None, "build", "kernels", "none ready"])
 def test_a_lister_lists_the_kernels_and_anything_wrong_there_goes_back_to_the_candidate(fail):
     """With a lister (isolation.Standby.take_lister) the listing is a load, a build and the profiled
     forward after `timing.warmup` unprofiled ones, all in one stoppable phase of the gate, and the
@@ -484,7 +484,10 @@ def test_a_lister_lists_the_kernels_and_anything_wrong_there_goes_back_to_the_ca
     res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
     phases = PhaseTimes()
     _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, cfg, gate, standby, {"role": "candidate"}, {}, 1, extra)
-    assert standby.activated == [{"role": "candidate"}] and extra == [lister]
+    if fail == "none ready":  # none primed yet: the candidate's own process starts its profiler
+        assert standby.activated == [] and extra == [] and lister.seen == []
+    else:
+        assert standby.activated == [{"role": "candidate"}] and extra == [lister]
     if fail is None:
         assert lister.seen == [("load", 1), ("build", 1, 0), ("kernels", 1, cfg.timing.warmup)]
         assert cand_ops == [] and not lister.killed
@@ -492,7 +495,7 @@ def test_a_lister_lists_the_kernels_and_anything_wrong_there_goes_back_to_the_ca
         assert res.flags == []
         assert [k for k, *_ in gate.log] == ["stoppable"]
     else:
-        assert lister.killed and cand_ops == ["profiler", "kernels"]
+        assert lister.killed == (fail != "none ready") and cand_ops == ["profiler", "kernels"]
         assert phases.profiler_start_s == 3.0
         assert res.flags == ["no_custom_kernel"]  # the candidate's own list decides: not its kernel
 
