@@ -124,8 +124,10 @@ class Batch(BaseModel):
     # a GPU slot keeps up to this many listers (isolation.Standby): processes whose profiler is
     # started ahead, in which a passing solution with extensions has its kernels listed after its
     # timing, instead of paying CUPTI's start-up (4-6 s) in its own process then; never more than
-    # the batch has such solutions left. 0: the listing is in the candidate's process
-    listers: int = 8
+    # the batch has such solutions left. 0 (the default): the listing is in the candidate's process.
+    # Off because it did not pay on the H200 bench (bench/results/throughput-cuda.md, session 13):
+    # their priming took CPU from the builds and forks from the standbys
+    listers: int = 0
     # a timing phase stops (SIGSTOP) the untimed phases of the others that run in child processes (a
     # candidate's start and trials, a reference's start, a standby's priming) instead of waiting for
     # them to end, then waits for the GPU to be quiet of the work they had queued (`quiet_*`)
