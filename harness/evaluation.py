@@ -443,16 +443,13 @@ def _list_apart(phases: PhaseTimes, seed: int, cfg: Config, gate: DeviceGate, st
     listed). The reply, or None when no lister was ready or anything went wrong in it: the caller
     then lists in the candidate's process, as without listers, and that gives any verdict."""
     t0 = time.perf_counter() - gate.waited
-    lister = standby.take_lister()
-    if lister is None:
-        return None
-    extra.append(lister)  # closed with the candidate
-    gate.register(lister, also=True)  # once it holds solution code, others' timing stops it as the candidate
     try:
         with gate.stoppable() as phase:  # its listing too: a timing stops it like a candidate's trials
-            phase.add(lister)
-            if not standby.activate(lister, setup, env):
+            lister = standby.take_lister(setup, env, on_worker=phase.add)
+            if lister is None:
                 return None
+            extra.append(lister)  # closed with the candidate
+            gate.register(lister, also=True)  # once it holds solution code, others' timing stops it too
             _wait_load(lister, cfg.timeouts.load_s)
             _ask(lister, Command(op="build", init_seed=init_seed), cfg.timeouts.load_s, "building ModelNew")
             phases.lister_s = time.perf_counter() - gate.waited - t0

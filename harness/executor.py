@@ -355,7 +355,7 @@ class SlotRuntime:
             ref = session.worker
             if ref is not None and ref.returncode is not None:
                 out.reference_dropped = "it exited"
-            elif ref is not None and getattr(ref, "out_of_step", False):
+            elif ref is not None and ref.out_of_step:
                 out.reference_dropped = "a reply it owed was not read"
             drop = out.reference_dropped is not None
         except ReferenceError as e:

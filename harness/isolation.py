@@ -453,11 +453,15 @@ class Standby:
             while len(self.listers) < self.lister_depth:
                 self.listers.append(self._spawn(lister=True))
 
-    def take_lister(self) -> Optional[Worker]:
-        """A lister, primed with its profiler started, resumed and not yet given a setup (activate());
-        None when none is ready now. Never waits for one still priming: the caller's own process
-        starts its profiler in about the time that priming takes (4-6 s), and one waited for took
-        longer in a warm batch's start, when many prime at once (8 s against 6.7 s, H200 machine)."""
+    def take_lister(self, setup: dict, env: dict[str, str],
+                    on_worker: Optional[Callable[[Worker], None]] = None) -> Optional[Worker]:
+        """A lister (its profiler started), resumed and given `setup` as take() gives one; None when
+        none is ready now or `env` is not the standbys'. Never waits for one still priming: the
+        caller's own process starts its profiler in about the time that priming takes (4-6 s), and
+        one waited for took longer in a warm batch's start, when many prime at once (8 s against
+        6.7 s, H200 machine)."""
+        if not self._fits(env):
+            return None
         failed = []
         with self._cv:
             w = None
@@ -476,15 +480,18 @@ class Standby:
             x.close(grace=0)
         if w is not None:
             w.resume()
+            (on_worker or (lambda _: None))(w)
+            self._give(w, setup, env)
         return w
 
-    def activate(self, w: Worker, setup: dict, env: dict[str, str]) -> bool:
-        """Give a standby taken from here (take_lister) its setup; False when `env` is not the one it
-        was started with (the caller starts what it needs some other way)."""
-        if _early(_dumpable_ok(env)) != self.env:
-            return False
+    def _fits(self, env: dict[str, str]) -> bool:
+        """Can a standby serve a worker with `env`? They all share one, but for what comes with
+        the setup (LATE_ENV) and the reference's not-dumpable request, which a standby honours."""
+        return _early(_dumpable_ok(env)) == self.env
+
+    @staticmethod
+    def _give(w: Worker, setup: dict, env: dict[str, str]) -> None:
         w.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
-        return True
 
     def _move(self, w: Worker, frm: str, to: str) -> bool:
         with self._cv:
@@ -554,7 +561,7 @@ class Standby:
         `on_worker`: told of the worker before it is sent its setup (a stoppable phase of the gate,
         which must be able to stop it before it runs any of the solution's code)."""
         tell = on_worker or (lambda w: None)
-        if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
+        if setup.get("role") not in ("candidate", "reference") or not self._fits(env):
             cand = Worker(setup, env=env)
             tell(cand)
             return cand
@@ -562,7 +569,7 @@ class Standby:
             idle = self.pool.popleft() if self.pool else None
         if idle is not None and self._claim(idle, timeout):
             tell(idle)
-            idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
+            self._give(idle, setup, env)
             cand = idle
         else:
             if idle is not None:

@@ -452,12 +452,12 @@ class _ListerStandby:
     def __init__(self, lister):
         self.lister, self.activated = lister, []
 
-    def take_lister(self):
-        return None if self.lister.fail == "none ready" else self.lister
-
-    def activate(self, w, setup, env):
+    def take_lister(self, setup, env, on_worker):
+        if self.lister.fail == "none ready":
+            return None
+        on_worker(self.lister)
         self.activated.append(setup)
-        return True
+        return self.lister
 
 
 @pytest.mark.parametrize("fail", [None, "build", "kernels", "none ready"])
