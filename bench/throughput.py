@@ -333,10 +333,12 @@ def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, 
     flight per device slot, GPU and CPU alike (default: the config's); `batch_set`: other [batch]
     settings, as TOML values."""
     batch = "[batch]\n" + (f"concurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
-    batch += "".join(f"{k} = {v}\n" for k, v in (batch_set or {}).items())
+    batch += "".join(f"{k} = {v}\n" for k, v in (batch_set or {}).items() if "." not in k)
+    # SECTION.KEY: a setting of another section, e.g. correctness.kernel_list='"profiler"'
+    other = "".join(f"[{k.split('.')[0]}]\n{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items() if "." in k)
     path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
                     "problem_s = 300\n[timing]\n"
-                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + batch)
+                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + batch + other)
 
 
 def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:
@@ -371,11 +373,9 @@ def analyse(run: Path, wall: float, cores: int) -> dict:
     evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
     phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
               for k in ("load_s", "correctness_s", "timing_s", "profile_s", "wait_s")}
-    # the kernel listings: in the candidate's process (its profiler's start-up) or in a lister
-    phases["listed_own"] = sum(1 for p in evald if p.get("profiler_start_s") is not None)
-    phases["listed_apart"] = sum(1 for p in evald if p.get("lister_s") is not None)
-    phases["profiler_start_s"] = sum(p.get("profiler_start_s") or 0.0 for p in evald) / max(1, phases["listed_own"])
-    phases["lister_s"] = sum(p.get("lister_s") or 0.0 for p in evald) / max(1, phases["listed_apart"])
+    # the kernel listings: readying CUPTI (or the profiler's start-up) in the candidate's process
+    phases["listed"] = sum(1 for p in evald if p.get("profiler_start_s") is not None)
+    phases["profiler_start_s"] = sum(p.get("profiler_start_s") or 0.0 for p in evald) / max(1, phases["listed"])
     return {"phases": phases, "evaluated": len(evald), "wall_s": wall, "timeline": timeline(run, wall), "compile_cpu_s": compile_cpu,
             "compiles": summary["compiles"], "device_s": device_s, "timed_s": timed_s, "lanes": lanes,
             "dev_floor_s": dev_floor, "occupied_s": sum(summary.get("device_occupied_s", {}).values()),
@@ -420,7 +420,8 @@ def main() -> int:
     ap.add_argument("--compare-lanes", type=int, default=None,
                     help="a third run, warm, with this many evaluations per slot (the effect of sharing a slot)")
     ap.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
-                    help="a further warm run with this [batch] setting changed, e.g. prime_standbys=false "
+                    help="a further warm run with this [batch] setting changed, e.g. prime_standbys=false, or "
+                         "SECTION.KEY=VALUE for another section's "
                          "(repeatable: one run each, alternating with the default's warm runs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a [batch] setting for every run, cold included (an A/B of the cold run across invocations)")

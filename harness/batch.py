@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
-import itertools
 import json
 import os
 import platform
@@ -502,8 +501,6 @@ class Pipeline:
         self.max_sessions = max((sessions_per_slot(s.concurrency) for s in executor.slots),
                                 default=SESSIONS_PER_SLOT)
         self.ready: dict[str, deque[tuple[Item, CompileOutcome]]] = defaultdict(deque)
-        # without listers an extension solution's evaluation ends in the profiler's start-up (below)
-        self.listing_first = device == "cuda" and cfg.correctness.list_kernels and not cfg.batch.listers
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
@@ -514,7 +511,6 @@ class Pipeline:
         self.compiling = 0          # items in the first stage (builds and reads)
         self.building = 0           # of which builds in flight or queued
         self.builds_total = sum(it.builds for it in items)
-        self.builds_open = self.builds_total  # solutions with extensions without a record or a skip yet
         self.compiled = 0
         self.compile_failed = 0
         self.done = 0
@@ -566,7 +562,7 @@ class Pipeline:
         st.start(item)
         self.inflight[k] += 1
         task = EvalTask(index=item.index, solution=str(item.path), problem=item.problem, label=item.label,
-                        cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s, listings_ahead=self.builds_open)
+                        cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s)
         futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, st)
 
     def _retire_finished(self) -> None:
@@ -583,7 +579,6 @@ class Pipeline:
     # -- outcomes ---------------------------------------------------------------------------------
     def _record(self, item: Item, rec: EvalResult) -> None:
         self.results.write(rec)
-        self.builds_open -= item.builds
         self.done += 1
         self.summary.records += 1
         self.summary.statuses[rec.status.value] += 1
@@ -595,7 +590,6 @@ class Pipeline:
 
     def _skip(self, item: Item, reason: str) -> None:
         sk = Skipped(str(item.path), reason, item.label, item.problem.name)
-        self.builds_open -= item.builds
         self.skipped += 1
         self.summary.skipped.append(sk)
         self.events.write("skipped", **sk.__dict__)
@@ -625,14 +619,7 @@ class Pipeline:
             self._skip(item, f"problem {item.problem.name} failed: {self.failed_problems[k]}")
         else:
             self.compiled += 1
-            q = self.ready[k]
-            if item.builds and self.listing_first:
-                # an extension solution's evaluation runs longest (the kernel listing's profiler
-                # start-up, 4-8 s after its timing): first among its problem's ready ones, its listing
-                # overlaps the shorter evaluations instead of ending the run (longest first)
-                q.insert(sum(1 for _ in itertools.takewhile(lambda x: x[0].builds, q)), (item, co))
-            else:
-                q.append((item, co))
+            self.ready[k].append((item, co))
 
     def _on_evaluated(self, item: Item, st: SlotState, eo: EvalOutcome) -> None:
         k = item.pkey

@@ -38,11 +38,14 @@ class Correctness(BaseModel):
     trials: int = 5
     allow_tf32: bool = False
     extra_shapes: bool = True
-    # GPU: list the kernels of one forward with the profiler, after timing (the profiler slows the
-    # launches of its process), to check that a kernel the solution defines ran: about 5.7 s per
-    # passing solution with extensions on an H200, mostly CUPTI's start; off, calls into its
-    # extensions are the evidence
+    # GPU: list the kernels of one forward, after timing (CUPTI slows the launches of its process),
+    # to check that a kernel the solution defines ran; off, calls into its extensions are the
+    # evidence
     list_kernels: bool = True
+    # how: "cupti", CUPTI's activity records called directly (cupti.py: about 20 ms on an H200
+    # machine), falling back to the profiler where that cannot be had; "profiler", torch.profiler
+    # always (4-6 s of start-up per passing solution with extensions)
+    kernel_list: Literal["cupti", "profiler"] = "cupti"
     tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
 
 
@@ -118,16 +121,10 @@ class Batch(BaseModel):
     # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
     # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
     concurrent_evaluations: int = 4
-    # an evaluation in the profiler's start-up (seconds of host work after its timing) leaves its
-    # lane to another, up to twice `concurrent_evaluations` in flight (sharing.DeviceGate.background)
+    # an evaluation readying its kernel list after its timing (milliseconds through CUPTI, seconds
+    # of host work in torch.profiler's start-up) leaves its lane to another, up to twice
+    # `concurrent_evaluations` in flight (sharing.DeviceGate.background)
     background_frees_lane: bool = True
-    # a GPU slot keeps up to this many listers (isolation.Standby): processes whose profiler is
-    # started ahead, in which a passing solution with extensions has its kernels listed after its
-    # timing, instead of paying CUPTI's start-up (4-6 s) in its own process then; never more than
-    # the batch has such solutions left. 0 (the default): the listing is in the candidate's process.
-    # Off because it did not pay on the H200 bench (bench/results/throughput-cuda.md, session 13):
-    # their priming took CPU from the builds and forks from the standbys
-    listers: int = 0
     # a timing phase stops (SIGSTOP) the untimed phases of the others that run in child processes (a
     # candidate's start and trials, a reference's start, a standby's priming) instead of waiting for
     # them to end, then waits for the GPU to be quiet of the work they had queued (`quiet_*`)

@@ -24,7 +24,7 @@ from typing import Optional, Union
 from . import __version__, cpus
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
-from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, close_all, describe_exit
+from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
@@ -152,7 +152,6 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ref = reference or ReferenceSession(prob, cfg, device, size, dtype, env_extra=env_extra)
     tol = tolerance_for(cfg, dtype, ref.meta)
     cand: Optional[Worker] = None
-    extra: list[Worker] = []  # a lister, closed with the candidate
     try:
         # 2. build, isolated, with a timeout
         t0 = time.perf_counter()
@@ -344,8 +343,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(cheats), cheats)
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
-            _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate, standby,
-                          setup, env, ref.plan.init_seed, extra)
+            _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
         res.speedup_ci = ratio_ci(m.ref.times, m.cand.times, seed=ref.rng.getrandbits(32))
         if device == "cuda" and res.speedup:
@@ -364,9 +362,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     finally:
         if cand is not None:
             gate.unregister()
-        if cand is not None or extra:
-            with gate.shared():  # their exits free device memory: not beside a neighbour's timing
-                close_all([w.close for w in [cand, *extra] if w is not None])
+            with gate.shared():  # its exit frees device memory: not beside a neighbour's timing
+                cand.close()
         phases.wait_s = gate.waited - waited0
         if own_ref:
             ref.close()
@@ -405,60 +402,32 @@ def builds_extensions(code: str) -> bool:
 
 
 def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: list[str], seed: int,
-                  cfg: Config, gate: DeviceGate, standby: Optional[Standby], setup: dict,
-                  env: dict[str, str], init_seed: int, extra: list[Worker]) -> None:
-    """On a GPU: did a kernel the solution defines run? One forward under the profiler, never in a
-    process still to be timed, because the profiler slows every later launch in its process (see
-    worker.Runner.kernels).
+                  cfg: Config, gate: DeviceGate) -> None:
+    """On a GPU: did a kernel the solution defines run? One forward with CUPTI's kernel records on,
+    in the candidate's process after its timing, never before: CUPTI slows every later launch in its
+    process (see worker.Runner.kernels).
 
-    Where: a lister from the slot's standby (its profiler started ahead: _list_apart) when one is
-    ready, else the candidate's own process after its timing. There, the profiler's start-up takes
-    seconds of host work and runs no solution code, so it is not a shared phase: a neighbour's timing
-    need not wait for it, and it holds no lane (the slot starts another evaluation meanwhile). The
+    Readying CUPTI (the `profiler` op) takes milliseconds when it is called directly (cupti.py); where
+    only torch.profiler can list, its start-up takes seconds of host work and runs no solution code,
+    so it is not a shared phase: a neighbour's timing need not wait for it, and it holds no lane. The
     candidate stays registered with the gate, so that timing still stops its process (and the
     start-up with it) while it runs; the timeout allows for those stops."""
     with gate.background():
-        reply = (_list_apart(phases, seed, cfg, gate, standby, setup, env, init_seed, extra)
-                 if standby is not None else None)
-        if reply is None:
-            reply, _ = _ask(cand, Command(op="profiler"), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
-            phases.profiler_start_s = reply.profile_s
-            with gate.shared():
-                reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
+        reply, _ = _ask(cand, Command(op="profiler", kernel_list=cfg.correctness.kernel_list), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
+    phases.profiler_start_s = reply.profile_s
+    res.timing_method["kernel_list"] = reply.notes.get("kernel_list")
+    if "cupti_unavailable" in reply.notes:
+        res.timing_method["cupti_unavailable"] = reply.notes["cupti_unavailable"]
+    with gate.shared():
+        reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
     phases.profile_s = reply.profile_s
-    if not reply.kernels_seen:  # the profiler saw no GPU work at all (CUPTI unavailable): no evidence
+    if not reply.kernels_seen:  # no GPU work seen at all (CUPTI unavailable): no evidence
         return
     ran = any(k in name for k in defined for name in reply.kernels_seen)
     if ran and "no_custom_kernel" in res.flags:
         res.flags.remove("no_custom_kernel")
     elif not ran and "no_custom_kernel" not in res.flags:
         res.flags.append("no_custom_kernel")
-
-
-def _list_apart(phases: PhaseTimes, seed: int, cfg: Config, gate: DeviceGate, standby: Standby, setup: dict,
-                env: dict[str, str], init_seed: int, extra: list[Worker]):
-    """The kernel list from a lister: a process of the same solution, primed with its profiler
-    started while earlier evaluations ran, which loads and builds the solution and lists one
-    forward after `timing.warmup` forwards outside the profiler (a first call is not the one
-    listed). The reply, or None when no lister was ready or anything went wrong in it: the caller
-    then lists in the candidate's process, as without listers, and that gives any verdict."""
-    t0 = time.perf_counter() - gate.waited
-    try:
-        with gate.stoppable() as phase:  # its listing too: a timing stops it like a candidate's trials
-            lister = standby.take_lister(setup, env, on_worker=phase.add)
-            if lister is None:
-                return None
-            extra.append(lister)  # closed with the candidate
-            gate.register(lister, also=True)  # once it holds solution code, others' timing stops it too
-            _wait_load(lister, cfg.timeouts.load_s)
-            _ask(lister, Command(op="build", init_seed=init_seed), cfg.timeouts.load_s, "building ModelNew")
-            phases.lister_s = time.perf_counter() - gate.waited - t0
-            reply, _ = _ask(lister, Command(op="kernels", seeds=[seed], warmup=cfg.timing.warmup), cfg.timeouts.run_s,
-                            "listing the kernels run")
-        return reply
-    except Failure:
-        lister.kill()
-        return None
 
 
 def _quiet(ref: ReferenceSession, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:

@@ -121,9 +121,6 @@ class EvalTask:
     cfg: Config
     compiled: Optional[Compiled]            # None: evaluate() builds (or only parses) on the slot
     compile_s: float = 0.0
-    # solutions with extensions the batch has not finished, this one included: the most kernel
-    # listings still to come, for which the slot keeps listers ([batch] listers)
-    listings_ahead: int = 0
 
 
 @dataclass
@@ -319,8 +316,6 @@ class SlotRuntime:
         key = problem_key(task.problem)
         session = self._session(task.problem, task.cfg)
         standby = self._standby(task.cfg)
-        if standby is not None and task.cfg.correctness.list_kernels:
-            standby.want_listers(min(task.cfg.batch.listers, task.listings_ahead))
         if session.worker is None and session.standby is None:
             session.standby = standby  # its reference starts from there too (isolation.Standby.take)
         drop = False

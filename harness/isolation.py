@@ -12,7 +12,6 @@ waits for its setup line.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -183,14 +182,14 @@ class Worker:
                 return False
         return True
 
-    def prime(self, device: str, timeout: float, profiler: bool = False) -> bool:
+    def prime(self, device: str, timeout: float) -> bool:
         """A ready() standby: make its CUDA context and pin the timing primitives now (worker._prime),
-        so that its candidate's load does not; `profiler`: start the profiler too (a lister). It runs
+        so that its candidate's load does not. It runs
         GPU work: call it only where no timing runs (Standby does, under its gate). False when it
         died or hung meanwhile."""
         if not self.standby or self.preloaded is None or self.primed is not None:
             raise RuntimeError("prime() is for a ready standby worker, once")
-        self._send_line(json.dumps({"op": "prime", "device": device, "profiler": profiler}))
+        self._send_line(json.dumps({"op": "prime", "device": device}))
         try:
             self.primed = self.wait_reply("prime", timeout)
         except (WorkerTimeout, WorkerDied, WorkerProtocolError):
@@ -393,9 +392,6 @@ def _dumpable_ok(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k != "HARNESS_NONDUMPABLE"}
 
 
-LISTERS_AT_ONCE = 2
-
-
 class Standby:
     """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
     each needs seconds to start (interpreter, torch import), and once evaluations take only a few
@@ -405,13 +401,7 @@ class Standby:
     `prime` (the slot's device): each one, once started, is also primed (Worker.prime: CUDA context,
     timing primitives pinned) by a thread of its own inside a stoppable phase of the slot's `gate`,
     so that it never runs GPU work beside a timing run (the timing stops it). A worker taken before its turn came is handed
-    out unprimed and pins for itself, as a fresh one does.
-
-    Listers (`want_listers`, a GPU slot's): standbys whose priming also starts the profiler, so that
-    the kernel list of a solution that passed (evaluation._list_kernels) takes a forward under it in
-    a process of its own instead of CUPTI's start-up in the timed one after its timing (4-6 s at the
-    end of each such evaluation on an H200 machine). A lister is stopped (SIGSTOP) while it waits:
-    nothing of an idle profiled process runs beside a timing."""
+    out unprimed and pins for itself, as a fresh one does."""
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
                  prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
@@ -429,59 +419,12 @@ class Standby:
         # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
         self._state: dict[int, str] = {}
         self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
-        self.lister_depth = 0
-        self.listers: deque[Worker] = deque()
-        # listers prime LISTERS_AT_ONCE at a time: 8 profiler start-ups at once (5 CPU-s each) beside
-        # a warm batch's first standbys and references took seconds off its start (H200 machine)
-        self._lister_turn = threading.Semaphore(LISTERS_AT_ONCE)
 
-    def _spawn(self, lister: bool = False) -> Worker:
+    def _spawn(self) -> Worker:
         w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout)
         if self.prime_device:
             self._state[id(w)] = "starting"
-            threading.Thread(target=self._prime, args=(w, lister), daemon=True,
-                             name="standby-lister" if lister else "standby-prime").start()
-        return w
-
-    def want_listers(self, n: int) -> None:
-        """Keep `n` listers started from now on (a GPU slot's; 0: none more). The batch asks for as
-        many as the solutions with extensions it has left allow, so none is started for nothing."""
-        if self.prime_device != "cuda":
-            return
-        with self._cv:
-            self.lister_depth = max(0, n)
-            while len(self.listers) < self.lister_depth:
-                self.listers.append(self._spawn(lister=True))
-
-    def take_lister(self, setup: dict, env: dict[str, str],
-                    on_worker: Optional[Callable[[Worker], None]] = None) -> Optional[Worker]:
-        """A lister (its profiler started), resumed and given `setup` as take() gives one; None when
-        none is ready now or `env` is not the standbys'. Never waits for one still priming: the
-        caller's own process starts its profiler in about the time that priming takes (4-6 s), and
-        one waited for took longer in a warm batch's start, when many prime at once (8 s against
-        6.7 s, H200 machine)."""
-        if not self._fits(env):
-            return None
-        failed = []
-        with self._cv:
-            w = None
-            for x in list(self.listers):
-                if self._state.get(id(x)) != "done":
-                    continue
-                self.listers.remove(x)
-                self._state.pop(id(x), None)
-                if x.primed is not None and x.returncode is None:
-                    w = x
-                    break
-                failed.append(x)
-            while len(self.listers) < self.lister_depth:
-                self.listers.append(self._spawn(lister=True))
-        for x in failed:
-            x.close(grace=0)
-        if w is not None:
-            w.resume()
-            (on_worker or (lambda _: None))(w)
-            self._give(w, setup, env)
+            threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
         return w
 
     def _fits(self, env: dict[str, str]) -> bool:
@@ -501,11 +444,7 @@ class Standby:
             self._cv.notify_all()
             return True
 
-    def _prime(self, w: Worker, lister: bool = False) -> None:
-        with self._lister_turn if lister else contextlib.nullcontext():
-            self._prime_now(w, lister)
-
-    def _prime_now(self, w: Worker, lister: bool) -> None:
+    def _prime(self, w: Worker) -> None:
         try:
             if not w.ready(self.timeout):
                 self._move(w, "starting", "done")
@@ -515,12 +454,9 @@ class Standby:
             with self.gate.stoppable() as phase:
                 phase.add(w)
                 moved = self._move(w, "queued", "priming")
-                primed = moved and w.prime(self.prime_device, self.timeout, profiler=lister)
+                primed = moved and w.prime(self.prime_device, self.timeout)
                 if moved and not primed:
                     w.kill()  # it may still be priming: it would answer "prime" to its setup
-            if primed and lister:
-                # out of the phase: a timing that stopped it there resumes what it stopped when it ends
-                w.pause()
         except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
             pass
         finally:
@@ -596,8 +532,7 @@ class Standby:
 
     def close(self) -> None:
         with self._cv:
-            pool, self.pool = list(self.pool) + list(self.listers), deque()
-            self.listers, self.lister_depth = deque(), 0
+            pool, self.pool = list(self.pool), deque()
             for w in pool:
                 if id(w) in self._state:
                     self._state[id(w)] = "taken"

@@ -75,14 +75,12 @@ class PhaseTimes(BaseModel):
     # parts of correctness_s: the candidate's trials and their transfer, the reference's start (the
     # first solution of a problem pays it), judging in the parent. profile_s: the profiled forward
     # that lists the candidate's GPU kernels, after timing (in total_s, not in correctness_s), and
-    # profiler_start_s the profiler's start-up before it, outside the device slot's gate, in the
-    # timed process; lister_s instead when a lister did the listing (isolation.Standby): taking
-    # it (its profiler started ahead) and the solution's load and build in it
+    # profiler_start_s readying CUPTI before it (cupti.py; torch.profiler's start-up where CUPTI
+    # cannot be called directly), outside the device slot's gate
     trials_s: float = 0.0
     reference_s: float = 0.0
     judge_s: float = 0.0
     profiler_start_s: Optional[float] = None
-    lister_s: Optional[float] = None
     profile_s: Optional[float] = None
     # time spent waiting at the device slot's gate (evaluations sharing a GPU: another one being
     # timed); in total_s, in none of the phases above
@@ -158,6 +156,7 @@ class Command(BaseModel):
     shapes: list[dict[str, Any]] = Field(default_factory=list)
     # time
     warmup: int = 0
+    kernel_list: Optional[str] = None  # op "profiler": config.Correctness.kernel_list
     calls: int = 0
     flush_l2: bool = True
     flush_method: Literal["read", "write"] = "read"

@@ -49,7 +49,7 @@ class DeviceGate:
         self._writer: Optional[int] = None      # thread id holding exclusive() or alone()
         self._writers_waiting = 0
         self._started = 0                        # shared phases begun so far
-        self._workers: dict[int, list] = {}      # thread id -> that evaluation's live candidate (and lister)
+        self._workers: dict[int, object] = {}    # thread id -> that evaluation's live candidate
         self._phases: dict[int, "Stoppable"] = {}  # stoppable phases in flight, by id
         self._next_phase = 0
         self._held: Optional["Held"] = None      # the exclusive phase holding the gate, if any
@@ -61,13 +61,10 @@ class DeviceGate:
         self.backgrounded = 0  # evaluations in a phase that needs no lane (background())
 
     # -- who is running --------------------------------------------------------------------------
-    def register(self, worker, also: bool = False) -> None:
-        """This thread's evaluation now has `worker` as its candidate (stopped during others' timing);
-        `also`: as one more process of it (a lister), beside the candidate."""
+    def register(self, worker) -> None:
+        """This thread's evaluation now has `worker` as its candidate (stopped during others' timing)."""
         with self._cv:
-            mine = self._workers.setdefault(threading.get_ident(), []) if also else []
-            mine.append(worker)
-            self._workers[threading.get_ident()] = mine
+            self._workers[threading.get_ident()] = worker
 
     def unregister(self) -> None:
         with self._cv:
@@ -186,10 +183,9 @@ class DeviceGate:
             self._writer = me
             held = Held()
             mine = {id(w) for w in keep}
-            for t, ws in self._workers.items():
-                for w in ws:
-                    if t != me and id(w) not in mine:
-                        held.stop(w)
+            for t, w in self._workers.items():
+                if t != me and id(w) not in mine:
+                    held.stop(w)
             for phase in self._phases.values():
                 held.preempted.append(phase.id)
                 for w in phase.workers:

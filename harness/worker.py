@@ -329,34 +329,44 @@ class Runner:
         flags, notes = analyse(*outs, params, cmd.atol, cmd.rtol, cmd.rel_l2)
         return {"flags": flags, "notes": notes}
 
-    def start_profiler(self) -> dict:
-        """CUPTI's start-up (start_profiler below) in the timed candidate's own process. Only after
-        timing, for the same reason as kernels()."""
+    def start_profiler(self, method: Optional[str] = "cupti") -> dict:
+        """Ready the kernel list: CUPTI's activity records called directly (cupti.py, milliseconds),
+        or where that cannot be had, torch.profiler's start-up (start_profiler below, seconds). In
+        the timed candidate's own process only after timing, for the same reason as kernels()."""
         t0 = time.perf_counter()
         # timing is over: hand back the NaN-filled block (_poison) and the rest of the cache, since
         # the slot starts another evaluation beside this one meanwhile (gate.background)
         self.torch.cuda.empty_cache()
-        start_profiler()
-        return {"profile_s": time.perf_counter() - t0}
+        from .cupti import KernelRecorder
+        self.recorder, why = KernelRecorder.open(self.torch) if method != "profiler" else (None, "")
+        if self.recorder is None:
+            start_profiler()
+        return {"profile_s": time.perf_counter() - t0,
+                "notes": {"kernel_list": "cupti" if self.recorder else "torch.profiler",
+                          **({"cupti_unavailable": why[:300]} if why else {})}}
 
-    def kernels(self, seed: int, warmup: int = 0) -> dict:
-        """One forward on fresh inputs under the profiler: the names of the GPU kernels it ran,
-        after `warmup` forwards on the same inputs outside it (a lister process, which has run
-        nothing of the solution's before, so that a first call is not the one listed).
-        Never in a process that is still to be timed: once the profiler (CUPTI) has been
-        attached, every later launch in this process costs more (7 -> 27 us per op measured on an
-        H200), and a launch-bound candidate would be timed slower than its reference."""
-        from torch.profiler import ProfilerActivity, profile
+    def kernels(self, seed: int) -> dict:
+        """One forward on fresh inputs under CUPTI (readied by start_profiler): the names of the GPU
+        kernels it ran. Never in a process that is still to be timed: once the profiler (CUPTI) has
+        been attached, every later launch in this process costs more (7 -> 27 us per op measured on
+        an H200 with torch.profiler), and a launch-bound candidate would be timed slower than its
+        reference."""
+        if not hasattr(self, "recorder"):
+            raise RuntimeError("kernels before profiler")
         t0 = time.perf_counter()
         inputs = self.make_inputs(seed)
         with self.torch.no_grad():
-            for _ in range(warmup):
+            if self.recorder is not None:
+                self.recorder.start()
                 self.forward(inputs)
-        with self.torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-            self.forward(inputs)
-            self.torch.cuda.synchronize()
-        names = sorted({e.name for e in prof.events() if getattr(e, "device_type", None) is not None
-                        and "CUDA" in str(e.device_type)})
+                names = sorted(set(self.recorder.stop()))
+            else:
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    self.forward(inputs)
+                    self.torch.cuda.synchronize()
+                names = sorted({e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+                                and "CUDA" in str(e.device_type)})
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0}
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
@@ -473,9 +483,9 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
             elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
                 reply = Reply(op="quiet", ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="profiler", ok=True, **runner.start_profiler())
+                reply = Reply(op="profiler", ok=True, **runner.start_profiler(cmd.kernel_list))
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0], cmd.warmup))
+                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0]))
             else:
                 reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
         except InterfaceError as e:
@@ -545,14 +555,13 @@ def start_profiler() -> None:
     prof.events()
 
 
-def _prime(rep_fd: int, device: str, profiler: bool = False) -> None:
+def _prime(rep_fd: int, device: str) -> None:
     """A standby's second step, asked for by the parent in a stoppable phase of the slot's gate (it
     touches the GPU, so a timing stops it): the CUDA context, and the timing primitives pinned with
     the launch hold built and checked, which a candidate's load would otherwise do (0.7 s of it on an
     H200 machine). Still no problem's or
     solution's code: pinning here is as early as pinning in Runner, and the reference role, which
-    also takes standbys, only ever reads what pin() keeps. `profiler`: a lister's priming
-    (isolation.Standby.take_lister), which pays CUPTI's start-up too."""
+    also takes standbys, only ever reads what pin() keeps."""
     import torch
 
     from .records import Reply
@@ -562,10 +571,6 @@ def _prime(rep_fd: int, device: str, profiler: bool = False) -> None:
     pin(torch)
     notes = {"cuda_initialized": str(torch.cuda.is_initialized()), "pinned": str(is_pinned()),
              "hold": str(pinned("hold") is not None)}
-    if profiler and device == "cuda":  # a lister (isolation.Standby): it is never timed
-        t0 = time.perf_counter()
-        start_profiler()
-        notes["profiler_start_s"] = f"{time.perf_counter() - t0:.3f}"
     _send(rep_fd, Reply(op="prime", ok=True, notes=notes))
 
 
@@ -586,7 +591,7 @@ def main() -> None:
         setup = json.loads(line)
         if not (standby and setup.get("op") == "prime"):
             break
-        _prime(rep_fd, setup.get("device", "cpu"), bool(setup.get("profiler")))
+        _prime(rep_fd, setup.get("device", "cpu"))
     if standby:
         if setup.get("role") not in ("candidate", "reference"):  # the "exit" that close() sends
             os._exit(0)

@@ -471,36 +471,3 @@ def test_compile_plan_starts_a_build_per_core(monkeypatch):
     assert compile_plan("cuda", workers=3, cores=16) == (3, 2)
     monkeypatch.setenv("MAX_JOBS", "4")
     assert compile_plan("cuda", cores=16) == (16, 4)
-
-
-@pytest.mark.parametrize("device,listers", [("cuda", 0), ("cuda", 2), ("cpu", 0)])
-def test_extension_solutions_go_first_where_their_kernels_are_listed(tmp_path, device, listers):
-    """On a GPU without listers an extension solution's evaluation ends with the kernel listing's
-    profiler start-up (4-8 s): among a problem's ready solutions those go first, so the run does not
-    end waiting for one. With listers (the start-up paid ahead), or on the CPU, where nothing is
-    listed, they take their turn."""
-    from rich.console import Console
-
-    from harness.batch import BatchSummary, EventLog, Item, Pipeline, ResultsFile
-    from harness.problems import discover
-    prob = next(p for p in discover([PROBLEMS]) if p.name == "relu_add")
-    names = ["a_torch", "b_ext", "c_torch", "d_ext", "e_torch", "f_torch", "g_ext", "h_torch", "i_ext", "j_torch"]
-    items = [Item(i, tmp_path / f"{n}.py", prob, "L", builds="ext" in n) for i, n in enumerate(names)]
-    ex = FakeExecutor(["g0"])
-    ex.slots[0].device = device
-    order = []
-    submit = ex.submit_eval
-    ex.submit_eval = lambda task, slot: order.append(Path(task.solution).stem) or submit(task, slot)
-    res = ResultsFile(tmp_path / "results.jsonl")
-    pipe = Pipeline(items, CONFIG(device=device, **{"batch.listers": listers}), ex, device, "small", None, res,
-                    EventLog(tmp_path / "ev.jsonl"),
-                    BatchSummary(run_dir=tmp_path), Console(file=open(os.devnull, "w")), False, {})
-    ready = []
-    on_compiled = pipe._on_compiled
-    pipe._on_compiled = lambda item, co: ready.append(item.path.stem) or on_compiled(item, co)
-    pipe.run()
-    res.close()
-    assert sorted(order) == sorted(ready) == names
-    if device == "cuda" and not listers:  # each kind in the order its builds finished
-        ready = [n for n in ready if "ext" in n] + [n for n in ready if "ext" not in n]
-    assert order == ready

@@ -22,6 +22,9 @@ def test_gpu_fixture_verdict(path):
         rel = r.timing_method["process_bias_rel"]
         assert ("short_kernel" in r.flags) == (1.96 * rel > 0.01), detail
         assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
+    if "kernel_list" in r.timing_method:  # listed: through CUPTI directly, not the profiler's start-up
+        assert r.timing_method["kernel_list"] == "cupti", r.timing_method
+        assert r.phases.profiler_start_s < 1.0, r.phases
 
 
 @gpu
@@ -190,37 +193,50 @@ def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
 
 
 @gpu
-def test_a_lister_waits_stopped_with_its_profiler_started_then_lists_as_the_candidate_would():
-    """A GPU slot's lister (isolation.Standby.want_listers): primed with the profiler's start-up
-    paid, then stopped until taken. A passing solution with extensions is listed there (no
-    profiler start-up in its own process), with the flag the candidate's own listing gives: none
-    for a solution whose kernel runs, `no_custom_kernel` for one whose kernel is never launched."""
-    import time
+def test_cupti_lists_the_kernels_a_forward_ran_as_the_profiler_does():
+    """The kernel list through CUPTI called directly (cupti.py) gives the verdicts the profiler's
+    gives, in milliseconds: no flag for a solution whose kernel runs, `no_custom_kernel` for one
+    whose kernel is never launched. The recorder itself sees kernels that PyTorch, Triton and a CUDA
+    graph launch, and only those run between start() and stop()."""
+    import torch
+    import triton
+    import triton.language as tl
 
-    from harness.build import child_env
+    from harness.cupti import KernelRecorder
     from harness.evaluation import evaluate
-    from harness.isolation import Standby
-    cfg = make_config(device="cuda")
-    sb = Standby(child_env(None, "cuda"), 1, prime="cuda")
-    cases = [(ROOT / "solutions/relu_add/cuda_relu_add.py", []),
-             (ROOT / "tests/fixtures/gpu/kernel_defined_never_launched.py", ["no_custom_kernel"])]
-    try:
-        for solution, flags in cases:
-            sb.want_listers(1)
-            lister = sb.listers[0]
-            deadline = time.monotonic() + 180
-            while sb._state.get(id(lister)) != "done" and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert lister.primed is not None and "profiler_start_s" in lister.primed.notes, lister.log_tail()
-            state = open(f"/proc/{lister.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
-            assert lister.stopped and state == "T", state  # waits stopped
-            r = evaluate(solution, ROOT / "tests/problems/relu_add.py", cfg, standby=sb)
-            detail = (solution.name, r.status, r.error, r.flags, r.phases)
+
+    for solution, flags in [(ROOT / "solutions/relu_add/cuda_relu_add.py", []),
+                            (ROOT / "tests/fixtures/gpu/kernel_defined_never_launched.py", ["no_custom_kernel"])]:
+        for method, seen_as in [("cupti", "cupti"), ("profiler", "torch.profiler")]:
+            r = evaluate(solution, ROOT / "tests/problems/relu_add.py",
+                         make_config(device="cuda", **{"correctness.kernel_list": method}))
+            detail = (solution.name, method, r.status, r.error, r.flags, r.phases, r.timing_method)
             assert r.status.value == "passed" and sorted(set(r.flags) - {"short_kernel"}) == flags, detail
-            assert r.phases.lister_s is not None and r.phases.profiler_start_s is None, detail
-            assert lister.returncode is not None  # closed with the candidate
-            own = evaluate(solution, ROOT / "tests/problems/relu_add.py", cfg)  # listed in its own process
-            assert own.phases.lister_s is None and own.phases.profiler_start_s is not None
-            assert sorted(set(own.flags) - {"short_kernel"}) == flags, own.flags
-    finally:
-        sb.close()
+            assert r.timing_method["kernel_list"] == seen_as, detail
+            assert (r.phases.profiler_start_s < 1.0) == (method == "cupti"), detail
+
+    @triton.jit
+    def harness_test_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n), mask=i < n)
+
+    rec, why = KernelRecorder.open(torch)
+    assert rec is not None, why
+    x = torch.randn(1 << 16, device="cuda")
+    y = torch.empty_like(x)
+    torch.sigmoid(x)  # before start(): not listed
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.tanh(x)  # warm-up outside the capture
+        with torch.cuda.graph(g, stream=s):
+            torch.tanh(x)
+    torch.cuda.synchronize()
+    rec.start()
+    harness_test_copy[(x.numel() // 1024,)](x, y, x.numel(), BLOCK=1024)
+    g.replay()
+    names = rec.stop()
+    assert any("harness_test_copy" in n for n in names), names
+    assert any("tanh" in n for n in names), names
+    assert not any("sigmoid" in n for n in names), names
+    assert len(names) == 2, names

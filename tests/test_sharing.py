@@ -409,95 +409,18 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
         def request(self, cmd, timeout):
             seen.append((cmd.op, gate._readers))
             if cmd.op == "profiler":
-                return Reply(op="profiler", ok=True, profile_s=3.5), 3.5
+                assert cmd.kernel_list == "cupti"
+                return Reply(op="profiler", ok=True, profile_s=3.5, notes={"kernel_list": "cupti"}), 3.5
             return Reply(op="kernels", ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01), 0.01
 
     res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
     phases = PhaseTimes()
-    _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, load_config(), gate, None, {}, {}, 1, [])
+    _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, load_config(), gate)
     assert seen == [("profiler", 0), ("kernels", 1)]
-    assert phases.profiler_start_s == 3.5 and phases.profile_s == 0.01 and phases.lister_s is None
+    assert phases.profiler_start_s == 3.5 and phases.profile_s == 0.01
+    assert res.timing_method["kernel_list"] == "cupti"
     assert res.flags == []  # its own kernel ran: the flag set from the trials' call count is lifted
     assert [k for k, *_ in gate.log] == ["shared"]
-
-
-class _Lister:
-    """A lister's side of the channel, as evaluation._list_apart drives it."""
-
-    def __init__(self, gate, kernels=("my_relu_kernel(float*)",), fail=None):
-        self.gate, self.kernels, self.fail = gate, list(kernels), fail
-        self.seen: list[tuple] = []
-        self.killed = False
-
-    def wait_reply(self, op, timeout):
-        from harness.records import Reply
-        self.seen.append(("load", len(self.gate._phases)))
-        return Reply(op="load", ok=True)
-
-    def request(self, cmd, timeout):
-        from harness.records import Reply
-        self.seen.append((cmd.op, len(self.gate._phases), cmd.warmup))
-        if cmd.op == self.fail:
-            return Reply(op=cmd.op, ok=False, error_kind="runtime_error", error="boom"), 0.0
-        return Reply(op=cmd.op, ok=True, kernels_seen=self.kernels, profile_s=0.02), 0.02
-
-    def kill(self):
-        self.killed = True
-
-    def log_tail(self):
-        return ""
-
-
-class _ListerStandby:
-    def __init__(self, lister):
-        self.lister, self.activated = lister, []
-
-    def take_lister(self, setup, env, on_worker):
-        if self.lister.fail == "none ready":
-            return None
-        on_worker(self.lister)
-        self.activated.append(setup)
-        return self.lister
-
-
-@pytest.mark.parametrize("fail", [None, "build", "kernels", "none ready"])
-def test_a_lister_lists_the_kernels_and_anything_wrong_there_goes_back_to_the_candidate(fail):
-    """With a lister (isolation.Standby.take_lister) the listing is a load, a build and the profiled
-    forward after `timing.warmup` unprofiled ones, all in one stoppable phase of the gate, and the
-    timed candidate is not asked for anything; the lister is closed with the candidate. Any failure
-    in the lister sends the listing back to the candidate's own process, as without listers."""
-    from harness.config import load_config
-    from harness.evaluation import _list_kernels
-    from harness.records import EvalResult, PhaseTimes, Reply, Status
-
-    gate = DeviceGate(record=True)
-    cand_ops = []
-
-    class Cand:
-        def request(self, cmd, timeout):
-            cand_ops.append(cmd.op)
-            return Reply(op=cmd.op, ok=True, kernels_seen=["other_kernel"], profile_s=3.0), 3.0
-
-    cfg = load_config()
-    lister = _Lister(gate, fail=fail)
-    standby, extra = _ListerStandby(lister), []
-    res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
-    phases = PhaseTimes()
-    _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, cfg, gate, standby, {"role": "candidate"}, {}, 1, extra)
-    if fail == "none ready":  # none primed yet: the candidate's own process starts its profiler
-        assert standby.activated == [] and extra == [] and lister.seen == []
-    else:
-        assert standby.activated == [{"role": "candidate"}] and extra == [lister]
-    if fail is None:
-        assert lister.seen == [("load", 1), ("build", 1, 0), ("kernels", 1, cfg.timing.warmup)]
-        assert cand_ops == [] and not lister.killed
-        assert phases.lister_s is not None and phases.profiler_start_s is None and phases.profile_s == 0.02
-        assert res.flags == []
-        assert [k for k, *_ in gate.log] == ["stoppable"]
-    else:
-        assert lister.killed == (fail != "none ready") and cand_ops == ["profiler", "kernels"]
-        assert phases.profiler_start_s == 3.0
-        assert res.flags == ["no_custom_kernel"]  # the candidate's own list decides: not its kernel
 
 
 def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
