@@ -25,6 +25,7 @@ from . import __version__, cpus
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
 from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from .kernels import ran as kernels_ran
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceSession
@@ -423,7 +424,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
     phases.profile_s = reply.profile_s
     if not reply.kernels_seen:  # no GPU work seen at all (CUPTI unavailable): no evidence
         return
-    ran = any(k in name for k in defined for name in reply.kernels_seen)
+    ran = kernels_ran(defined, reply.kernels_seen)
     if ran and "no_custom_kernel" in res.flags:
         res.flags.remove("no_custom_kernel")
     elif not ran and "no_custom_kernel" not in res.flags:
