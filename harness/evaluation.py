@@ -422,6 +422,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
     with gate.shared():
         reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
     phases.profile_s = reply.profile_s
+    res.timing_method["kernel_list"] = reply.notes.get("kernel_list", res.timing_method["kernel_list"])
     if not reply.kernels_seen:  # no GPU work seen at all (CUPTI unavailable): no evidence
         return
     ran = kernels_ran(defined, reply.kernels_seen)

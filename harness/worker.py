@@ -200,6 +200,8 @@ class Runner:
         self.cls = None
         self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
         self.ext_calls = [0]
+        self.recorder = None  # the kernel list's (cupti.KernelRecorder), once start_profiler readied it
+        self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
         if self.role == "candidate":
             from .timing import is_pinned, pin
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
@@ -341,9 +343,9 @@ class Runner:
         self.recorder, why = KernelRecorder.open(self.torch) if method != "profiler" else (None, "")
         if self.recorder is None:
             start_profiler()
+        self.listing = "cupti" if self.recorder else "torch.profiler"
         return {"profile_s": time.perf_counter() - t0,
-                "notes": {"kernel_list": "cupti" if self.recorder else "torch.profiler",
-                          **({"cupti_unavailable": why[:300]} if why else {})}}
+                "notes": {"kernel_list": self.listing, **({"cupti_unavailable": why[:300]} if why else {})}}
 
     def kernels(self, seed: int) -> dict:
         """One forward on fresh inputs under CUPTI (readied by start_profiler): the names of the GPU
@@ -351,13 +353,18 @@ class Runner:
         been attached, every later launch in this process costs more (7 -> 27 us per op measured on
         an H200 with torch.profiler), and a launch-bound candidate would be timed slower than its
         reference."""
-        if not hasattr(self, "recorder"):
+        if self.listing is None:
             raise RuntimeError("kernels before profiler")
         t0 = time.perf_counter()
         inputs = self.make_inputs(seed)
+        if self.recorder is not None:
+            try:
+                self.recorder.start()
+            except Exception:  # noqa: BLE001 - CUPTI's fault, not the solution's: the profiler lists
+                self.recorder, self.listing = None, "torch.profiler"
+                start_profiler()
         with self.torch.no_grad():
             if self.recorder is not None:
-                self.recorder.start()
                 self.forward(inputs)
                 names = sorted(set(self.recorder.stop()))
             else:
@@ -367,7 +374,8 @@ class Runner:
                     self.torch.cuda.synchronize()
                 names = sorted({e.name for e in prof.events() if getattr(e, "device_type", None) is not None
                                 and "CUDA" in str(e.device_type)})
-        return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0}
+        return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
+                "notes": {"kernel_list": self.listing}}
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
         """The parent asks the reference's process (the problem's code, not a solution's)."""
