@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -472,7 +473,8 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
         if self.worker is None:
             time.sleep(0.3)  # long enough for the others to queue on the session's lock
             spawned.append(self.problem.name)
-            self.worker, self.trials = object(), []
+            # a live reference that owes no reply: the slot keeps it (executor.SlotRuntime.evaluate)
+            self.worker, self.trials = SimpleNamespace(returncode=None, out_of_step=False), []
 
     def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
         reference.start()
@@ -487,6 +489,7 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
     with ThreadPoolExecutor(3) as pool:
         outs = list(pool.map(rt.evaluate, [EvalTask(i, f"s{i}", prob, None, cfg, None) for i in range(3)]))
     assert all(o.record.status == Status.passed for o in outs)
+    assert [(o.error, o.reference_dropped) for o in outs] == [(None, None)] * 3
     assert spawned == ["relu_add"] and rt.references_started == 1
     rt.close()
 
