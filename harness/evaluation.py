@@ -416,13 +416,12 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
     with gate.background():
         reply, _ = _ask(cand, Command(op="profiler", kernel_list=cfg.correctness.kernel_list), cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
     phases.profiler_start_s = reply.profile_s
-    res.timing_method["kernel_list"] = reply.notes.get("kernel_list")
     if "cupti_unavailable" in reply.notes:
         res.timing_method["cupti_unavailable"] = reply.notes["cupti_unavailable"]
     with gate.shared():
         reply, _ = _ask(cand, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
     phases.profile_s = reply.profile_s
-    res.timing_method["kernel_list"] = reply.notes.get("kernel_list", res.timing_method["kernel_list"])
+    res.timing_method["kernel_list"] = reply.notes.get("kernel_list")  # the method the listing used
     if not reply.kernels_seen:  # no GPU work seen at all (CUPTI unavailable): no evidence
         return
     ran = kernels_ran(defined, reply.kernels_seen)

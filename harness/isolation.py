@@ -184,9 +184,8 @@ class Worker:
 
     def prime(self, device: str, timeout: float) -> bool:
         """A ready() standby: make its CUDA context and pin the timing primitives now (worker._prime),
-        so that its candidate's load does not. It runs
-        GPU work: call it only where no timing runs (Standby does, under its gate). False when it
-        died or hung meanwhile."""
+        so that its candidate's load does not. It runs GPU work: call it only where no timing runs
+        (Standby does, under its gate). False when it died or hung meanwhile."""
         if not self.standby or self.preloaded is None or self.primed is not None:
             raise RuntimeError("prime() is for a ready standby worker, once")
         self._send_line(json.dumps({"op": "prime", "device": device}))
@@ -427,15 +426,6 @@ class Standby:
             threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
         return w
 
-    def _fits(self, env: dict[str, str]) -> bool:
-        """Can a standby serve a worker with `env`? They all share one, but for what comes with
-        the setup (LATE_ENV) and the reference's not-dumpable request, which a standby honours."""
-        return _early(_dumpable_ok(env)) == self.env
-
-    @staticmethod
-    def _give(w: Worker, setup: dict, env: dict[str, str]) -> None:
-        w.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
-
     def _move(self, w: Worker, frm: str, to: str) -> bool:
         with self._cv:
             if self._state.get(id(w)) != frm:
@@ -453,9 +443,7 @@ class Standby:
                 return
             with self.gate.stoppable() as phase:
                 phase.add(w)
-                moved = self._move(w, "queued", "priming")
-                primed = moved and w.prime(self.prime_device, self.timeout)
-                if moved and not primed:
+                if self._move(w, "queued", "priming") and not w.prime(self.prime_device, self.timeout):
                     w.kill()  # it may still be priming: it would answer "prime" to its setup
         except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
             pass
@@ -497,7 +485,7 @@ class Standby:
         `on_worker`: told of the worker before it is sent its setup (a stoppable phase of the gate,
         which must be able to stop it before it runs any of the solution's code)."""
         tell = on_worker or (lambda w: None)
-        if setup.get("role") not in ("candidate", "reference") or not self._fits(env):
+        if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
             cand = Worker(setup, env=env)
             tell(cand)
             return cand
@@ -505,7 +493,7 @@ class Standby:
             idle = self.pool.popleft() if self.pool else None
         if idle is not None and self._claim(idle, timeout):
             tell(idle)
-            self._give(idle, setup, env)
+            idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
             cand = idle
         else:
             if idle is not None:

@@ -412,7 +412,8 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
             if cmd.op == "profiler":
                 assert cmd.kernel_list == "cupti"
                 return Reply(op="profiler", ok=True, profile_s=3.5, notes={"kernel_list": "cupti"}), 3.5
-            return Reply(op="kernels", ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01), 0.01
+            return Reply(op="kernels", ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01,
+                         notes={"kernel_list": "cupti"}), 0.01
 
     res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
     phases = PhaseTimes()
