@@ -129,7 +129,8 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
                          "thermal_ms": tm.get("thermal_limited_ms"), "reasons": tm.get("clock_event_reasons"),
                          "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
                          "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s"),
-                         "hold_us": tm.get("launch_hold_us"),
+                         "hold_us": tm.get("launch_hold_us"), "method": tm.get("method"),
+                         "events_ms": (tm.get("events_median_ms") or {}).get("candidate"),
                          "speedup": r.speedup, "ci": r.speedup_ci, "ci_calls": tm.get("speedup_ci_calls"),
                          "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
                          "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls"))})
@@ -232,6 +233,7 @@ def main() -> None:
             "timing_wall_s": max(walls), "samples": statistics.median(counts),
             "clock_mhz": last.timing_method.get("sm_clock_mhz_median"),
             "hold_us": statistics.median(t["hold_us"] or 0 for t in tele),
+            "method": "/".join(sorted({str(t["method"]) for t in tele})),
         })
         rows[-1]["runs_ms"] = [round(x, 5) for x in meds]
         rows[-1]["ref_runs_ms"] = [round(x, 5) for x in refs]
@@ -246,25 +248,25 @@ def main() -> None:
              "and with its flush step swapped for a read of the same buffer; 'vs do_bench' compares like with "
              "like: the harness default against do_bench with a read flush, and one harness run with "
              "`timing.flush_method = \"write\"` against do_bench as shipped.", "",
-             "| kernel | kind | harness median ms | spread over runs | ref spread | ncu ms | vs ncu | do_bench (read flush) ms | vs do_bench | harness write-flush ms | do_bench as shipped ms | write vs do_bench | timing wall s | samples | SM MHz | hold us |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| kernel | kind | harness median ms | spread over runs | ref spread | ncu ms | vs ncu | do_bench (read flush) ms | vs do_bench | harness write-flush ms | do_bench as shipped ms | write vs do_bench | timing wall s | samples | SM MHz | hold us | method |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     for r in rows:
         lines.append(f"| {r['kernel']} | {r['kind']} | {r['harness_ms']:.4f} | {r['spread_pct']:.2f}% | "
                      f"{r['ref_spread_pct']:.2f}% | {fmt(r['ncu_ms'], '.4f')} | {fmt(r['vs_ncu_pct'], '+.1f')}% | "
                      f"{fmt(r['do_bench_read_ms'], '.4f')} | {fmt(r['vs_do_bench_pct'], '+.1f')}% | "
                      f"{r['harness_write_ms']:.4f} | {r['do_bench_ms']:.4f} | {r['write_vs_do_bench_pct']:+.1f}% | "
-                     f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} | {r['hold_us']:.0f} |")
+                     f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} | {r['hold_us']:.0f} | {r['method']} |")
     lines += ["", "Per run (the parent's NVML readings over the kept rounds: temperature range, peak power, time the "
               "GPU spent power-capped during those rounds, clock-event reasons seen after them, rounds re-taken):", "",
-              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | launch ms cand/ref | leaked calls cand/ref |",
-              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|---|"]
+              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | launch ms cand/ref | leaked calls cand/ref | candidate's events ms |",
+              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|---|---:|"]
     for r in rows:
         for i, t in enumerate(r["telemetry"], 1):
             lines.append(f"| {r['kernel']} | {i} | {t['cand_ms']:.4f} | {t['ref_ms']:.4f} | {t['temp_c']} | "
                          f"{t['power_w_max']} | {t['power_capped_ms']} | {','.join(t['reasons'] or []) or '-'} | "
                          f"{t['sm_mhz']} / {t['mem_mhz']} | {t['retaken']} | {t['hold_us']} | "
-                         f"{t['launch_ms'][0]}/{t['launch_ms'][1]} | {t['leaked'][0]}/{t['leaked'][1]} |")
+                         f"{t['launch_ms'][0]}/{t['launch_ms'][1]} | {t['leaked'][0]}/{t['leaked'][1]} | {t['events_ms'] or '-'} |")
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(os.environ.get("OUT") or args.out)

@@ -91,6 +91,24 @@ class Timing(BaseModel):
     # More calls in one process do not shrink it, so speedup_ci is widened by it, and `short_kernel`
     # flags a speedup whose interval it widens by more than 1% (both sides under ~70 us). 0: off.
     process_bias_us: float = 0.25
+    # GPU: where that offset lives (bench/diag/offset_source.py, 8 fresh processes on an H200): not in
+    # the kernel. CUPTI's own start and end of a 4 us relu's kernel were 1.088 us in all 8 processes
+    # while their events' medians spread 4.0-4.7 us; the rest of the interval is the GPU front end
+    # starting the kernel after the start event. Problems whose reference's events median is under
+    # `kernel_span_below_ms` are timed instead by each call's kernel span (timing.call_spans: first
+    # start to last end of the forward's kernels, copies and fills, on any stream), on both sides,
+    # with the events still taken beside it for the host-clock checks. "on": every GPU problem;
+    # "off": events only. Falls back to events, noted in the record, where CUPTI cannot be had, a
+    # call recorded no GPU work, or the candidate's events exceed its spans by more than the
+    # reference's do, by max(slack_us, slack_rel x the reference's median): GPU time no record
+    # shows (a host function in the stream, say).
+    kernel_span: Literal["auto", "on", "off"] = "auto"
+    kernel_span_below_ms: float = 0.05
+    kernel_span_slack_us: float = 1.0
+    kernel_span_slack_rel: float = 0.05
+    # the process offset of spans: CUPTI's timestamps tick in 32 ns, and the 8 processes' medians
+    # above differed by at most one tick
+    kernel_span_process_bias_us: float = 0.03
 
 
 class Hardening(BaseModel):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import random
 import secrets
+import statistics
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -32,7 +33,7 @@ from .reference import ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import clock_checks, gpu_summary, measure, ratio_ci, summarize, widen_for_process_bias
+from .timing import clock_checks, gpu_summary, measure, ratio_ci, span_choice, summarize, widen_for_process_bias
 
 
 class Failure(Exception):
@@ -316,14 +317,28 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if len(m.cand.times) < 2 or len(m.ref.times) < 2:
             raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
 
+        spans = False
+
         def adopt(m) -> None:  # the measurement the record reports
-            res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.times), summarize(m.ref.times)
+            nonlocal spans
+            spans, note = span_choice(m, cfg.timing)
+            for k in ("kernel_span_fallback", "events_minus_span_us", "events_median_ms"):
+                res.timing_method.pop(k, None)
+            res.timing_method.update(note)
+            if m.spans:
+                res.timing_method["events_median_ms"] = {"candidate": m.cand.median("times"), "reference": m.ref.median("times")}
+            if device == "cuda":
+                res.timing_method["method"] = "kernel_span" if spans else "cuda_events"
+            res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.timed(spans)), summarize(m.ref.timed(spans))
             res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
 
         adopt(m)
         if m.compiled:
-            res.compile_runtime_ms = summarize(m.compiled).median
-            res.speedup_compile = res.compile_runtime_ms / res.runtime_ms
+            # the baseline in the same measure as the candidate, or both in events where its spans fell short
+            both = spans and all(x > 0 for x in m.compiled_span) and len(m.compiled_span) == len(m.compiled)
+            res.compile_runtime_ms = summarize(m.compiled_span if both else m.compiled).median
+            res.speedup_compile = res.compile_runtime_ms / (res.runtime_ms if both or not spans
+                                                            else statistics.median(m.cand.times))
         elif m.compile_error:
             res.timing_method["compile_baseline_error"] = m.compile_error[:500]
         if m.mismatched_calls:
@@ -346,11 +361,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
             _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
-        res.speedup_ci = ratio_ci(m.ref.times, m.cand.times, seed=ref.rng.getrandbits(32))
+        res.speedup_ci = ratio_ci(m.ref.timed(spans), m.cand.timed(spans), seed=ref.rng.getrandbits(32))
         if device == "cuda" and res.speedup:
             res.timing_method["speedup_ci_calls"] = res.speedup_ci  # before widening: these calls only
+            bias_us = cfg.timing.kernel_span_process_bias_us if spans else cfg.timing.process_bias_us
             res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
-                                                              res.runtime_ms, cfg.timing.process_bias_us)
+                                                              res.runtime_ms, bias_us)
             res.timing_method["process_bias_rel"] = round(bias_rel, 5)
             if 1.96 * bias_rel > 0.01:
                 res.flags.append("short_kernel")

@@ -164,6 +164,7 @@ class Command(BaseModel):
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
+    spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.call_spans)
     # quiet: probe until `probes` in a row take under `probe_us`, for at most `max_s`
     probe_us: float = 200.0
     probes: int = 3
@@ -189,6 +190,9 @@ class Reply(BaseModel):
     # must outlast on the device for the launching to stay outside the interval)
     launch_ms: list[float] = Field(default_factory=list)
     launch_leaked: int = 0  # calls whose interval opened before the forward was enqueued
+    # GPU, when asked (Command.spans): per call, first start to last end of the forward's GPU work
+    # (kernels, copies, fills) by CUPTI's timestamps, in ms; -1.0 for a call in which none was seen
+    span_ms: list[float] = Field(default_factory=list)
     fingerprints: list[list[float]] = Field(default_factory=list)
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None

@@ -279,9 +279,37 @@ def _capture(torch, fn, inputs):
         return None
 
 
+def call_spans(acts: list[tuple[int, int, str]], windows: list[tuple[int, int]], harness: list[str]) -> list[float]:
+    """Each call's kernel span (ms): from the first start to the last end of the GPU activities
+    (start ns, end ns, kernel name, or "<memcpy>" or "<memset>") that started inside its window
+    (host timestamps in the same clock), less the harness's own, `harness`: the names a call without
+    a forward ran (hold, the flush's fill of its semaphores and its reduction), the earliest-starting
+    one of each name. -1.0 for a window with nothing else in it.
+
+    A solution cannot shorten its span by naming kernels like the harness's: the earliest of a name
+    is dropped, and the harness's own start first (hold) or queue behind the hold (flush), so a
+    namesake that started earlier, on a stream of its own, makes the flush count instead. Work on
+    another stream during the hold counts from its start."""
+    import bisect
+    acts = sorted(acts)
+    starts = [a[0] for a in acts]
+    out = []
+    for w0, w1 in windows:
+        inside = acts[bisect.bisect_left(starts, w0):bisect.bisect_right(starts, w1)]
+        drop = list(harness)
+        rest = []
+        for a in inside:
+            if a[2] in drop:
+                drop.remove(a[2])
+            else:
+                rest.append(a)
+        out.append((max(a[1] for a in rest) - min(a[0] for a in rest)) / 1e6 if rest else -1.0)
+    return out
+
+
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
                flush_method: str = "read", variant: str = "eager", graph: bool = False,
-               hold_us: float = 0.0) -> dict:
+               hold_us: float = 0.0, spans: bool = False) -> dict:
     torch = runner.torch
     cuda = runner.device == "cuda"
     fn = runner.timed_callable(variant)
@@ -325,12 +353,19 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         flags.append("launch_hold_unavailable")
     start = Event(enable_timing=True) if cuda else None
     end = Event(enable_timing=True) if cuda else None
+    rec = None
+    if cuda and spans:
+        rec = runner.span_recorder() if hasattr(runner, "span_recorder") else None
+        if rec is None:
+            flags.append("kernel_span_unavailable")
+    windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
+    span_ms: list[float] = []
 
     def report() -> dict:  # the lists as filled so far
         return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
                 "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
-                "l2_reset": reset_l2 is not None}
+                "l2_reset": reset_l2 is not None, "span_ms": span_ms}
 
     with torch.no_grad():
         for k in range(warmup):
@@ -348,50 +383,71 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 return report()
         if cuda:
             sync()
-        for seed in seeds:
-            inputs = runner.make_inputs(seed)
-            if captured is not None:  # new values, copied into the graph's static buffers
-                for dst, src in zip(captured[2], inputs):
-                    if isinstance(dst, torch.Tensor):
-                        dst.copy_(src)
-            if cuda:
-                sync()  # inputs ready; nothing else in flight
-            if reset_l2 is not None:
-                reset_l2()
-            t0 = now()
-            if cuda:
-                # Hold, flush and start event are enqueued back to back: the interval opens when
-                # they end on the GPU, while the host is already launching the forward, so they
-                # stay outside it and the forward's launching is hidden as in steady use, where
-                # the host runs ahead of the GPU (a synchronize here would put 10-80 us of launch
-                # latency into every sample, varying with the host). The hold comes first, so the
-                # flush is the last thing to touch L2 before the interval.
-                if hold is not None:
-                    hold(hold_us)
-                if flush is not None:
-                    flush()
-                start.record()
-                t_enq = now()
-                if captured is not None:
-                    captured[0].replay()
-                    out = captured[1]
+        if rec is not None:
+            rec.start(spans=True)
+            # a call without its forward: the kernels the harness itself runs in each call
+            w0 = rec.timestamp()
+            if hold is not None:
+                hold(hold_us)
+            if flush is not None:
+                flush()
+            sync()
+            windows.append((w0, rec.timestamp()))
+        try:
+            for seed in seeds:
+                inputs = runner.make_inputs(seed)
+                if captured is not None:  # new values, copied into the graph's static buffers
+                    for dst, src in zip(captured[2], inputs):
+                        if isinstance(dst, torch.Tensor):
+                            dst.copy_(src)
+                if cuda:
+                    sync()  # inputs ready; nothing else in flight
+                if reset_l2 is not None:
+                    reset_l2()
+                w0 = rec.timestamp() if rec is not None else 0
+                t0 = now()
+                if cuda:
+                    # Hold, flush and start event are enqueued back to back: the interval opens when
+                    # they end on the GPU, while the host is already launching the forward, so they
+                    # stay outside it and the forward's launching is hidden as in steady use, where
+                    # the host runs ahead of the GPU (a synchronize here would put 10-80 us of launch
+                    # latency into every sample, varying with the host). The hold comes first, so the
+                    # flush is the last thing to touch L2 before the interval.
+                    if hold is not None:
+                        hold(hold_us)
+                    if flush is not None:
+                        flush()
+                    start.record()
+                    t_enq = now()
+                    if captured is not None:
+                        captured[0].replay()
+                        out = captured[1]
+                    else:
+                        out = fn(*inputs)
+                    t_out = now()
+                    enqueue.append((t_out - t_enq) * 1e3)
+                    launch.append((t_out - t0) * 1e3)
+                    end.record()
+                    leaked += bool(start.query())
+                    sync()  # device-wide: side streams included
+                    if rec is not None:
+                        windows.append((w0, rec.timestamp()))
                 else:
                     out = fn(*inputs)
-                t_out = now()
-                enqueue.append((t_out - t_enq) * 1e3)
-                launch.append((t_out - t0) * 1e3)
-                end.record()
-                leaked += bool(start.query())
-                sync()  # device-wide: side streams included
-            else:
-                out = fn(*inputs)
-            t1 = now()
-            host.append((t1 - t0) * 1e3)
-            times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
-            if clock is not None and clock.h is not None:
-                clocks.append(clock.sm() or 0)
-            fps.append(_fingerprint(torch, out, seed, npos))
-            del out, inputs
+                t1 = now()
+                host.append((t1 - t0) * 1e3)
+                times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
+                if clock is not None and clock.h is not None:
+                    clocks.append(clock.sm() or 0)
+                fps.append(_fingerprint(torch, out, seed, npos))
+                del out, inputs
+        finally:
+            if rec is not None:
+                rec.stop()
+        if rec is not None and len(windows) == len(times) + 1:
+            first = [a for a in rec.spans if windows[0][0] <= a[0] <= windows[0][1]]
+            span_ms[:] = call_spans(rec.spans, windows[1:], [a[2] for a in sorted(first)])
+            rec.spans = None
     return report()
 
 
@@ -482,6 +538,7 @@ class Side:
     enqueue: list[float] = field(default_factory=list)  # host ms launching the forward alone
     launch: list[float] = field(default_factory=list)   # host ms from the hold's launch to the forward enqueued
     leaked: int = 0  # calls whose interval opened before their forward was enqueued
+    span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
     # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU)
     rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
 
@@ -491,11 +548,17 @@ class Side:
         self.enqueue.extend(reply.enqueue_ms)
         self.launch.extend(reply.launch_ms)
         self.leaked += reply.launch_leaked
+        n = len(reply.times_ms)
+        self.span.extend(reply.span_ms if len(reply.span_ms) == n else [-1.0] * n)
         self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
 
     def median(self, what: str) -> Optional[float]:
         xs = getattr(self, what)
         return round(statistics.median(xs), 4) if xs else None
+
+    def timed(self, spans: bool) -> list[float]:
+        """The samples the statistics are taken of: the kernel spans recorded, or the events."""
+        return [x for x in self.span if x > 0] if spans else self.times
 
 
 @dataclass
@@ -503,6 +566,8 @@ class Measurement:
     cand: Side = field(default_factory=Side)
     ref: Side = field(default_factory=Side)
     compiled: list[float] = field(default_factory=list)
+    compiled_span: list[float] = field(default_factory=list)
+    spans: bool = False  # the timed rounds asked for kernel spans (config.Timing.kernel_span)
     hold_us: float = 0.0  # the launch hold of the timed rounds
     contended_rounds: int = 0
     restart_candidate: bool = False  # the candidate's capture failed: time it again, fresh and eager
@@ -555,13 +620,14 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
     warm = True
     no_hold = False  # the reference's process has no working hold: neither side gets one
+    span_decided = t.kernel_span == "off"
     # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
     # launch a call; every later round holds both sides for twice that, plus a margin
     m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
-                      hold_us=m.hold_us, cuda_graph=m.cuda_graph)
+                      hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans)
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
         s1, q1 = snap(), rq(cand)
@@ -620,6 +686,19 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                                          t.launch_hold_max_us)
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
+        if cuda and not span_decided:
+            # on the first round under the full hold (the warm-up's shortest hold leaves launching
+            # inside the events): a short problem is timed by kernel spans from here, after one more
+            # warm-up round, since CUPTI's first records in a process (its buffers; the hold resized
+            # for launches with CUPTI on) are not those of a steady call; this round's go
+            span_decided = True
+            if t.kernel_span == "on" or (t.kernel_span == "auto"
+                                         and statistics.median(r_reply.times_ms) < t.kernel_span_below_ms):
+                m.spans, warm = True, True
+                continue
+        if m.spans and any("kernel_span_unavailable" in r.flags for r in (c_reply, r_reply)):
+            m.spans = False  # both sides or neither; the events of the calls so far stand
+            m.flags.append("kernel_span_unavailable")
         st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
         st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
         for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
@@ -648,10 +727,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
-        n = min(len(m.cand.times), len(m.ref.times))
+            n = len(k_reply.times_ms)
+            m.compiled_span += k_reply.span_ms if len(k_reply.span_ms) == n else [-1.0] * n
+        c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
+        n = min(len(c_t), len(r_t))
         elapsed = time.perf_counter() - t_start
         if n >= min_calls and m.rounds > t.min_rounds:
-            stable = summarize(m.cand.times).rel_sem < t.target_rel_sem and summarize(m.ref.times).rel_sem < t.target_rel_sem
+            stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
             if stable or n >= t.max_calls or elapsed > t.budget_s:
                 break
         if m.rounds > 4 * (t.max_calls // round_calls + t.min_rounds) + 8:
@@ -659,6 +741,27 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             break
     m.seconds = time.perf_counter() - t_start
     return m
+
+
+def span_choice(m: Measurement, t) -> tuple[bool, dict]:
+    """Whether the record reports kernel spans (config.Timing.kernel_span), and what that rests on."""
+    if not m.spans:
+        return False, {}
+    note: dict = {}
+    for name, side in (("candidate", m.cand), ("reference", m.ref)):
+        if len(side.span) != len(side.times) or len(side.times) < 2 or any(x <= 0 for x in side.span):
+            note["kernel_span_fallback"] = f"{name}: calls with no GPU work recorded by CUPTI"
+            return False, note
+    gap = {name: statistics.median(e - s for e, s in zip(side.times, side.span))
+           for name, side in (("candidate", m.cand), ("reference", m.ref))}
+    note["events_minus_span_us"] = {k: round(v * 1e3, 3) for k, v in gap.items()}
+    allowed = max(t.kernel_span_slack_us / 1e3, t.kernel_span_slack_rel * statistics.median(m.ref.times))
+    if gap["candidate"] > gap["reference"] + allowed:
+        note["kernel_span_fallback"] = (f"the candidate's events exceed its recorded GPU work by "
+                                        f"{(gap['candidate'] - gap['reference']) * 1e3:.2f} us more than the "
+                                        f"reference's do (allowed {allowed * 1e3:.2f}): work no record shows")
+        return False, note
+    return True, note
 
 
 def gpu_summary(m: Measurement) -> dict:

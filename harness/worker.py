@@ -202,6 +202,7 @@ class Runner:
         self.ext_calls = [0]
         self.recorder = None  # the kernel list's (cupti.KernelRecorder), once start_profiler readied it
         self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
+        self._span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
         if self.role == "candidate":
             from .timing import is_pinned, pin
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
@@ -340,7 +341,9 @@ class Runner:
         # the slot starts another evaluation beside this one meanwhile (gate.background)
         self.torch.cuda.empty_cache()
         from .cupti import KernelRecorder
-        self.recorder, why = KernelRecorder.open(self.torch) if method != "profiler" else (None, "")
+        why = ""
+        if self.recorder is None:  # not already opened for the timing's spans: one per process
+            self.recorder, why = KernelRecorder.open(self.torch) if method != "profiler" else (None, "")
         if self.recorder is None:
             start_profiler()
         self.listing = "cupti" if self.recorder else "torch.profiler"
@@ -377,6 +380,14 @@ class Runner:
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
                 "notes": {"kernel_list": self.listing}}
 
+    def span_recorder(self):
+        """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
+        be had (tried once)."""
+        if self.recorder is None and self._span_why is None:
+            from .cupti import KernelRecorder
+            self.recorder, self._span_why = KernelRecorder.open(self.torch)
+        return self.recorder
+
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
         """The parent asks the reference's process (the problem's code, not a solution's)."""
         from .timing import quiet_gpu
@@ -385,7 +396,7 @@ class Runner:
     def time(self, cmd) -> dict:
         from .timing import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
-                          hold_us=cmd.hold_us,
+                          hold_us=cmd.hold_us, spans=cmd.spans,
                           variant=cmd.variant, graph=cmd.cuda_graph)
 
 

@@ -66,9 +66,11 @@ class FakeTorch:
 NAMES = []  # keeps the C strings the records point at alive
 
 
-def record(kind: int, name: str, grid: int = 4, block: int = 256) -> bytes:
+def record(kind: int, name: str, grid: int = 4, block: int = 256, start: int = 0, end: int = 0) -> bytes:
     raw = bytearray(cupti.NAME + 8 + 16)
     raw[0:4] = kind.to_bytes(4, "little")
+    raw[cupti.START:cupti.START + 8] = start.to_bytes(8, "little")
+    raw[cupti.END:cupti.END + 8] = end.to_bytes(8, "little")
     raw[cupti.GRID_X:cupti.GRID_X + 4] = grid.to_bytes(4, "little", signed=True)
     raw[cupti.BLOCK_X:cupti.BLOCK_X + 4] = block.to_bytes(4, "little", signed=True)
     s = ctypes.create_string_buffer(name.encode())
@@ -99,6 +101,27 @@ def test_a_record_that_does_not_read_as_a_kernel_is_counted_not_listed():
     rec.start()
     assert rec.stop() == ["real_kernel"]
     assert rec._bad == 2
+
+
+def test_span_mode_keeps_start_and_end_of_kernels_copies_and_fills():
+    """Kernel spans (timing.call_spans) rest on these: every kernel, copy and fill with its start and
+    end; a record whose end precedes its start is not trusted."""
+    lib = FakeCupti([record(cupti.CONCURRENT_KERNEL, "k1", start=1000, end=3000),
+                     record(cupti.MEMCPY, "", start=3500, end=4000),
+                     record(cupti.MEMSET, "", start=4100, end=4200),
+                     record(cupti.MEMCPY2, "", start=4300, end=4400),
+                     record(5, "another kind", start=1, end=2),
+                     record(cupti.CONCURRENT_KERNEL, "backwards", start=9000, end=8000)])
+    rec = cupti.KernelRecorder(lib, FakeTorch, "fake")
+    rec.start(spans=True)
+    assert sorted(lib.enabled) == sorted([cupti.CONCURRENT_KERNEL, cupti.MEMCPY, cupti.MEMSET, cupti.MEMCPY2])
+    assert rec.stop() == ["k1", "backwards"]
+    assert lib.enabled == []
+    assert rec.spans == [(1000, 3000, "k1"), (3500, 4000, "<memcpy>"), (4100, 4200, "<memset>"), (4300, 4400, "<memcpy>")]
+    assert rec._bad == 1
+    rec.start()  # a kernel listing keeps no spans and enables kernels only
+    assert rec.spans is None and lib.enabled == [cupti.CONCURRENT_KERNEL]
+    rec.stop()
 
 
 def test_no_libcupti_means_no_recorder_and_a_reason(monkeypatch):

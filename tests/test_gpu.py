@@ -18,7 +18,7 @@ def test_gpu_fixture_verdict(path):
     assert r.status.value == exp.status, detail
     assert sorted(f for f in r.flags if f not in exp.maybe) == sorted(exp.flags), detail
     if exp.status == "passed":
-        assert r.env.gpu_name and r.timing_method["method"] == "cuda_events"
+        assert r.env.gpu_name and r.timing_method["method"] in ("cuda_events", "kernel_span")
         rel = r.timing_method["process_bias_rel"]
         assert ("short_kernel" in r.flags) == (1.96 * rel > 0.01), detail
         assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
@@ -29,15 +29,47 @@ def test_gpu_fixture_verdict(path):
 
 @gpu
 def test_a_kernel_of_a_few_microseconds_is_flagged_and_its_interval_widened():
-    """relu(a + b) on 4096 floats takes a few us, where each process's own offset (about 0.1 us,
-    timing.process_bias_us) moves a median by ±3% however many calls are timed: the speedup's
-    interval says so, and so does the flag."""
+    """relu(a + b) on 4096 floats takes a few us, timed by events (kernel spans off), where each
+    process's own offset (about 0.1 us, timing.process_bias_us) moves a median by ±3% however many
+    calls are timed: the speedup's interval says so, and so does the flag."""
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", ROOT / "tests/problems/relu_add.py",
+                 make_config(device="cuda", size="small", **{"timing.kernel_span": "off"}))
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert r.timing_method["method"] == "cuda_events", r.timing_method
+    assert r.runtime_ms < 0.02 and "short_kernel" in r.flags, (r.runtime_ms, r.flags)
+    assert r.speedup_ci[1] / r.speedup_ci[0] > 1.1, r.speedup_ci
+
+
+@gpu
+def test_a_short_problem_is_timed_by_its_kernel_spans():
+    """The same few-us problem with the defaults: both sides timed by their kernels' own span
+    (CUPTI), which leaves out the GPU front end's start of the kernel that each process's events
+    hold a different share of; the events are still taken, and say more."""
     from harness.evaluation import evaluate
     r = evaluate(ROOT / "solutions/relu_add/cuda_relu_add.py", ROOT / "tests/problems/relu_add.py",
                  make_config(device="cuda", size="small"))
+    tm = r.timing_method
+    print(f"\nspans: cand={r.runtime_ms} ref={r.ref_runtime_ms} speedup={r.speedup} ci={r.speedup_ci} {tm}")
     assert r.status.value == "passed", (r.error, r.log_tail)
-    assert r.runtime_ms < 0.02 and "short_kernel" in r.flags, (r.runtime_ms, r.flags)
-    assert r.speedup_ci[1] / r.speedup_ci[0] > 1.1, r.speedup_ci
+    assert tm["method"] == "kernel_span" and "kernel_span_fallback" not in tm, tm
+    assert 0 < r.runtime_ms < tm["events_median_ms"]["candidate"], tm
+    assert 0 < r.ref_runtime_ms < tm["events_median_ms"]["reference"], tm
+    assert r.runtime_stats.count >= 10 and r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
+
+
+@gpu
+def test_gpu_time_no_record_shows_falls_back_to_events():
+    """A host function spinning 30 us in the candidate's stream is GPU time inside its interval
+    that no kernel, copy or fill record shows: the spans would leave it out, so both sides are
+    timed by events, and the record says why."""
+    r = evaluate_fixture(read_expectation(ROOT / "tests/fixtures/gpu/host_function_in_stream.py"), device="cuda")
+    tm = r.timing_method
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert tm["method"] == "cuda_events", tm
+    assert "work no record shows" in tm["kernel_span_fallback"], tm
+    assert tm["events_minus_span_us"]["candidate"] > tm["events_minus_span_us"]["reference"] + 20, tm
+    assert r.runtime_ms > 0.03, r.runtime_ms  # the 30 us are in the candidate's time
 
 
 @gpu

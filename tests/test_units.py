@@ -552,3 +552,60 @@ def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatc
                                       tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert "launch_hold_unavailable" in run([], ["launch_hold_unavailable"]).flags
     assert "launch_hold_unavailable" not in run(["launch_hold_unavailable"], []).flags
+
+
+# --- kernel spans (timing.call_spans, timing.span_choice) ---------------------------------------
+
+HOLD, FLUSH = "harness_hold", "_ZN2at6native13reduce_kernelILi512E"
+
+
+def test_call_spans_leave_out_the_harness_kernels_and_keep_all_of_the_forward():
+    from harness.timing import call_spans
+    acts = [
+        # call 1: hold, the flush's fill and reduction, then the forward's two kernels and a copy
+        (100, 400, HOLD), (398, 399, "<memset>"), (400, 460, FLUSH), (470, 480, "k1"), (482, 490, "k2"),
+        (491, 495, "<memcpy>"),
+        # call 2: a kernel of the forward on its own stream, started during the hold, and one named
+        # like the flush that runs before it: the earliest namesake goes, the real flush counts
+        (1100, 1400, HOLD), (1150, 1160, "side"), (1200, 1210, FLUSH), (1399, 1400, "<memset>"), (1400, 1460, FLUSH),
+        (1470, 1480, "k1"), (1481, 1482, "<memset>"),
+        # call 3: nothing of the forward's
+        (2100, 2400, HOLD), (2399, 2400, "<memset>"), (2400, 2460, FLUSH),
+        (3000, 3001, "outside every window"),
+    ]
+    spans = call_spans(acts, [(0, 999), (1000, 1999), (2000, 2999)], [HOLD, "<memset>", FLUSH])
+    assert spans[0] == pytest.approx((495 - 470) / 1e6)
+    assert spans[1] == pytest.approx((1482 - 1150) / 1e6)
+    assert spans[2] == -1.0
+
+
+def _span_measurement(cand_events, cand_span, ref_events, ref_span):
+    from harness.timing import Measurement, Side
+    m = Measurement(spans=True)
+    m.cand, m.ref = Side(times=list(cand_events), span=list(cand_span)), Side(times=list(ref_events), span=list(ref_span))
+    return m
+
+
+def test_span_choice_takes_spans_when_the_events_hold_no_more_than_the_reference_s():
+    from harness.config import Timing
+    from harness.timing import span_choice
+    m = _span_measurement([0.0040, 0.0041] * 5, [0.0011] * 10, [0.0045, 0.0044] * 5, [0.0015] * 10)
+    use, note = span_choice(m, Timing())
+    assert use and "kernel_span_fallback" not in note
+    assert note["events_minus_span_us"]["candidate"] == pytest.approx(2.95, abs=0.01)
+
+
+def test_span_choice_falls_back_to_events_on_work_no_record_shows():
+    """A candidate whose interval holds GPU time that CUPTI records do not (a host function in the
+    stream, say) is timed by its events, as is one with a call that recorded nothing."""
+    from harness.config import Timing
+    from harness.timing import span_choice
+    hidden = _span_measurement([0.0090] * 10, [0.0011] * 10, [0.0045] * 10, [0.0015] * 10)
+    use, note = span_choice(hidden, Timing())
+    assert not use and "work no record shows" in note["kernel_span_fallback"]
+    empty = _span_measurement([0.0040] * 10, [0.0011] * 9 + [-1.0], [0.0045] * 10, [0.0015] * 10)
+    use, note = span_choice(empty, Timing())
+    assert not use and note["kernel_span_fallback"].startswith("candidate")
+    unasked = _span_measurement([0.004] * 4, [0.001] * 4, [0.004] * 4, [0.001] * 4)
+    unasked.spans = False  # events were the method from the start: nothing to choose
+    assert span_choice(unasked, Timing()) == (False, {})

@@ -1,0 +1,145 @@
+"""Where does a small kernel's per-process offset live: in the kernel, or in the launch around it? (#5)
+
+Sessions 8-12 found that each fresh process times a 4 us relu with its own offset (process medians
+spread 5-13%, blocks within one process under 1-2%), not explained by input placement, streams, code
+copies, the flush buffer, the CPU or the address layout. Events measure from the start event's
+timestamp to the end event's, so the interval also holds the GPU front end's work of starting the
+kernel (ncu's kernel-only time is 2.3 us of the 4 us).
+
+Each of N fresh processes times relu on 64K floats and relu(x + y) on 4M floats with the harness's
+loop (timing.time_calls: hold, read flush, events, fresh inputs) in three blocks of 200 calls:
+
+  events    as the harness times
+  cupti     the same, with CUPTI's concurrent-kernel records on: each call's forward kernels' own
+            start and end (GPU timestamps, as nsys), beside the events' interval of the same call;
+            also the gap from the flush kernel's end to the forward's first kernel start
+  graph     the forward replayed from a CUDA graph (timing.cuda_graph), events
+
+The parent prints, per metric, the process medians and their spread (max/min - 1). If the kernels'
+own durations spread far less than the events' intervals, the offset is in the launch path.
+
+Usage: python bench/diag/offset_source.py [--procs 8]
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "diag"))
+
+KERNELS = {"relu_64k": (1 << 16, 1), "relu_add_4m": (1 << 22, 2)}
+START, END = 16, 24  # CUpti_ActivityKernel*: start and end timestamps (ns), after the 16-byte head
+
+
+def child() -> None:
+    import random
+
+    import torch
+
+    from harness import cupti, timing
+    from small_spread import relu_runner
+
+    class Spans(cupti.KernelRecorder):
+        """Keeps (name, start_ns, end_ns) of every kernel record, not only the name."""
+
+        def start(self):
+            self.spans = []
+            super().start()
+
+        def _complete(self, _ctx, _stream, buf, _size, valid):
+            try:
+                rec = ctypes.c_void_p()
+                while self.lib.cuptiActivityGetNextRecord(ctypes.c_void_p(buf), ctypes.c_size_t(valid),
+                                                          ctypes.byref(rec)) == 0:
+                    if ctypes.c_uint32.from_address(rec.value).value != cupti.CONCURRENT_KERNEL:
+                        continue
+                    ptr = ctypes.c_void_p.from_address(rec.value + cupti.NAME).value
+                    name = ctypes.string_at(ptr).decode(errors="replace")
+                    self._names.append(name)  # open()'s canary check reads these
+                    self.spans.append((name, ctypes.c_uint64.from_address(rec.value + START).value,
+                                       ctypes.c_uint64.from_address(rec.value + END).value))
+            finally:
+                self._buffers.pop(buf, None)
+
+    timing.pin(torch)
+    rng = random.Random()
+    rec, why = Spans.open(torch)
+    out: dict = {"cupti": why or rec.path}
+    for name, (n, k) in KERNELS.items():
+        r = relu_runner(torch, n, k)
+        seeds = lambda: [rng.getrandbits(62) for _ in range(200)]  # noqa: E731
+        res = {}
+        res["events"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0)["times_ms"]
+        if rec is not None:
+            rec.start()
+            rep = timing.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0, hold_us=300.0)
+            rec.stop()
+            spans = sorted(rec.spans, key=lambda s: s[1])
+            # per call: hold, flush (a reduce), the forward's kernels, then the next call's inputs
+            # (randn) and hold; the forward is what runs between the flush and the next randn/hold
+            fwd, gaps, cur, flush_end = [], [], None, None
+            for nm, s, e in spans:
+                if "harness_hold" in nm or "distribution" in nm or "normal" in nm:
+                    if cur:
+                        fwd.append(cur)
+                    cur = None
+                elif "reduce_kernel" in nm:
+                    if cur:
+                        fwd.append(cur)
+                    cur, flush_end = [], e
+                elif cur is not None:
+                    if not cur:
+                        gaps.append((s - flush_end) / 1e6)
+                    cur.append((s, e))
+            if cur:
+                fwd.append(cur)
+            res["cupti_events"] = rep["times_ms"]
+            res["kernel_span"] = [(c[-1][1] - c[0][0]) / 1e6 for c in fwd]
+            res["kernel_sum"] = [sum(e - s for s, e in c) / 1e6 for c in fwd]
+            res["flush_to_kernel"] = gaps
+            res["kernels_per_call"] = statistics.median(len(c) for c in fwd) if fwd else 0
+        res["graph"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0,
+                                         graph=True)["times_ms"]
+        out[name] = res
+    print(json.dumps(out))
+
+
+def main(procs: int) -> None:
+    runs = []
+    for _ in range(procs):
+        p = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, timeout=300)
+        if p.returncode:
+            print(p.stderr[-2000:])
+            continue
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    print("cupti:", runs[0]["cupti"] if runs else "-")
+    summary = {}
+    for name in KERNELS:
+        metrics = [m for m in ("events", "cupti_events", "kernel_span", "kernel_sum", "flush_to_kernel", "graph")
+                   if all(m in r[name] and r[name][m] for r in runs)]
+        print(f"\n{name} (kernels per call: {[r[name].get('kernels_per_call') for r in runs]})")
+        print(f"{'metric':>16} {'spread':>8}   process medians (us)")
+        meds = {}
+        for m in metrics:
+            meds[m] = [statistics.median(r[name][m]) * 1e3 for r in runs]
+            spread = max(meds[m]) / min(meds[m]) - 1
+            summary[f"{name}.{m}"] = spread
+            print(f"{m:>16} {spread:8.2%}   " + " ".join(f"{v:.3f}" for v in meds[m]))
+        if "cupti_events" in meds and "kernel_span" in meds and len(runs) > 2 and len(set(meds["kernel_span"])) > 1:
+            r_ = statistics.correlation(meds["cupti_events"], meds["kernel_span"])
+            print(f"  correlation of process medians, events with CUPTI on vs the kernels' own span: {r_:.2f}")
+            summary[f"{name}.r_events_span"] = r_
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        child()
+    else:
+        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 8)
