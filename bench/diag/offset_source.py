@@ -25,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -111,13 +110,8 @@ def child() -> None:
 
 
 def main(procs: int) -> None:
-    runs = []
-    for _ in range(procs):
-        p = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, timeout=300)
-        if p.returncode:
-            print(p.stderr[-2000:])
-            continue
-        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    from small_spread import child_runs
+    runs = child_runs(__file__, procs)
     print("cupti:", runs[0]["cupti"] if runs else "-")
     summary = {}
     for name in KERNELS:

@@ -45,6 +45,19 @@ def relu_runner(torch, n: int, k: int, spacer=None):
     return Runner()
 
 
+def child_runs(script: str, procs: int, args: list[str] = ()) -> list[dict]:
+    """`script --child` in `procs` fresh processes, one after another: each one's last stdout line
+    (JSON); a process that failed is reported and left out."""
+    runs = []
+    for _ in range(procs):
+        p = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True, timeout=300)
+        if p.returncode:
+            print(p.stderr[-2000:])
+            continue
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 def child() -> None:
     import random
 
@@ -106,10 +119,8 @@ def main(procs: int = 6) -> None:
     runs = []
     if "--fork" in sys.argv:
         runs = forked_runs(procs)
-    for _ in range(0 if runs else procs):
-        p = subprocess.run([sys.executable, __file__, "--child", *(["--rotate"] if "--rotate" in sys.argv else [])],
-                           capture_output=True, text=True, timeout=300)
-        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    if not runs:
+        runs = child_runs(__file__, procs, ["--rotate"] if "--rotate" in sys.argv else [])
     ests = {"median": statistics.median, "mean": statistics.fmean, "trim10": trimmed, "min": min,
             "p25": lambda xs: sorted(xs)[len(xs) // 4]}
     summary = {}
