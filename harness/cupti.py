@@ -25,9 +25,9 @@ FLUSH_FORCED = 1  # CUpti_ActivityFlag: also the records of kernels still open
 # CUpti_ActivityKind4 to 10 (CUDA 9 to 13) share this prefix; newer versions only append fields
 GRID_X, BLOCK_X, NAME = 52, 64, 104
 BUFFER_BYTES = 4 << 20
+MAX_KERNELS = 4096  # the names kept per listing; a forward that launches more is listed in part
 # recorders whose canary failed: CUPTI keeps their callbacks registered, so they must outlive it
 _REFUSED: list = []
-MAX_KERNELS = 4096  # the names kept per listing; a forward that launches more is listed in part
 
 _REQUEST = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
                             ctypes.POINTER(ctypes.c_size_t))

@@ -334,11 +334,11 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         adopt(m)
         if m.compiled:
-            # the baseline in the same measure as the candidate, or both in events where its spans fell short
-            both = spans and all(x > 0 for x in m.compiled_span) and len(m.compiled_span) == len(m.compiled)
-            res.compile_runtime_ms = summarize(m.compiled_span if both else m.compiled).median
-            res.speedup_compile = res.compile_runtime_ms / (res.runtime_ms if both or not spans
-                                                            else statistics.median(m.cand.times))
+            # baseline and candidate in one measure: spans where the baseline's are whole, else events
+            both = spans and all(x > 0 for x in m.compiled_span)
+            base, cand_t = (m.compiled_span, m.cand.timed(True)) if both else (m.compiled, m.cand.times)
+            res.compile_runtime_ms = summarize(base).median
+            res.speedup_compile = res.compile_runtime_ms / statistics.median(cand_t)
         elif m.compile_error:
             res.timing_method["compile_baseline_error"] = m.compile_error[:500]
         if m.mismatched_calls:

@@ -361,6 +361,12 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
     span_ms: list[float] = []
 
+    def shield() -> None:  # what precedes each forward on the GPU: the hold, then the flush
+        if hold is not None:
+            hold(hold_us)
+        if flush is not None:
+            flush()
+
     def report() -> dict:  # the lists as filled so far
         return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
                 "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
@@ -387,10 +393,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             rec.start(spans=True)
             # a call without its forward: the kernels the harness itself runs in each call
             w0 = rec.timestamp()
-            if hold is not None:
-                hold(hold_us)
-            if flush is not None:
-                flush()
+            shield()
             sync()
             windows.append((w0, rec.timestamp()))
         try:
@@ -413,10 +416,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                     # the host runs ahead of the GPU (a synchronize here would put 10-80 us of launch
                     # latency into every sample, varying with the host). The hold comes first, so the
                     # flush is the last thing to touch L2 before the interval.
-                    if hold is not None:
-                        hold(hold_us)
-                    if flush is not None:
-                        flush()
+                    shield()
                     start.record()
                     t_enq = now()
                     if captured is not None:
@@ -530,6 +530,13 @@ def fingerprints_match(a: list[float], b: list[float], tol) -> bool:
 # Parent side: interleaved rounds
 
 
+def reply_spans(reply) -> list[float]:
+    """A time reply's kernel spans, one per call: -1.0 each where it has none (not asked, or CUPTI
+    could not be had)."""
+    n = len(reply.times_ms)
+    return reply.span_ms if len(reply.span_ms) == n else [-1.0] * n
+
+
 @dataclass
 class Side:
     """One side's kept calls (candidate, or reference) and the rounds they came in."""
@@ -548,8 +555,7 @@ class Side:
         self.enqueue.extend(reply.enqueue_ms)
         self.launch.extend(reply.launch_ms)
         self.leaked += reply.launch_leaked
-        n = len(reply.times_ms)
-        self.span.extend(reply.span_ms if len(reply.span_ms) == n else [-1.0] * n)
+        self.span.extend(reply_spans(reply))
         self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
 
     def median(self, what: str) -> Optional[float]:
@@ -727,8 +733,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
-            n = len(k_reply.times_ms)
-            m.compiled_span += k_reply.span_ms if len(k_reply.span_ms) == n else [-1.0] * n
+            m.compiled_span += reply_spans(k_reply)
         c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
         n = min(len(c_t), len(r_t))
         elapsed = time.perf_counter() - t_start

@@ -10,9 +10,9 @@ Each of N fresh processes times relu on 64K floats and relu(x + y) on 4M floats 
 loop (timing.time_calls: hold, read flush, events, fresh inputs) in three blocks of 200 calls:
 
   events    as the harness times
-  cupti     the same, with CUPTI's concurrent-kernel records on: each call's forward kernels' own
-            start and end (GPU timestamps, as nsys), beside the events' interval of the same call;
-            also the gap from the flush kernel's end to the forward's first kernel start
+  cupti     the same with kernel spans on (timing.time_calls(spans=True)): each call's forward's
+            own first start to last end from CUPTI's records (GPU timestamps, as nsys), beside the
+            events' interval of the same call
   graph     the forward replayed from a CUDA graph (timing.cuda_graph), events
 
 The parent prints, per metric, the process medians and their spread (max/min - 1). If the kernels'
@@ -22,7 +22,6 @@ Usage: python bench/diag/offset_source.py [--procs 8]
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import statistics
 import sys
@@ -33,7 +32,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "diag"))
 
 KERNELS = {"relu_64k": (1 << 16, 1), "relu_add_4m": (1 << 22, 2)}
-START, END = 16, 24  # CUpti_ActivityKernel*: start and end timestamps (ns), after the 16-byte head
 
 
 def child() -> None:
@@ -44,65 +42,20 @@ def child() -> None:
     from harness import cupti, timing
     from small_spread import relu_runner
 
-    class Spans(cupti.KernelRecorder):
-        """Keeps (name, start_ns, end_ns) of every kernel record, not only the name."""
-
-        def start(self):
-            self.spans = []
-            super().start()
-
-        def _complete(self, _ctx, _stream, buf, _size, valid):
-            try:
-                rec = ctypes.c_void_p()
-                while self.lib.cuptiActivityGetNextRecord(ctypes.c_void_p(buf), ctypes.c_size_t(valid),
-                                                          ctypes.byref(rec)) == 0:
-                    if ctypes.c_uint32.from_address(rec.value).value != cupti.CONCURRENT_KERNEL:
-                        continue
-                    ptr = ctypes.c_void_p.from_address(rec.value + cupti.NAME).value
-                    name = ctypes.string_at(ptr).decode(errors="replace")
-                    self._names.append(name)  # open()'s canary check reads these
-                    self.spans.append((name, ctypes.c_uint64.from_address(rec.value + START).value,
-                                       ctypes.c_uint64.from_address(rec.value + END).value))
-            finally:
-                self._buffers.pop(buf, None)
-
     timing.pin(torch)
     rng = random.Random()
-    rec, why = Spans.open(torch)
+    rec, why = cupti.KernelRecorder.open(torch)
     out: dict = {"cupti": why or rec.path}
     for name, (n, k) in KERNELS.items():
         r = relu_runner(torch, n, k)
+        r.span_recorder = lambda: rec  # as the worker's Runner offers it
         seeds = lambda: [rng.getrandbits(62) for _ in range(200)]  # noqa: E731
         res = {}
         res["events"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0)["times_ms"]
         if rec is not None:
-            rec.start()
-            rep = timing.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0, hold_us=300.0)
-            rec.stop()
-            spans = sorted(rec.spans, key=lambda s: s[1])
-            # per call: hold, flush (a reduce), the forward's kernels, then the next call's inputs
-            # (randn) and hold; the forward is what runs between the flush and the next randn/hold
-            fwd, gaps, cur, flush_end = [], [], None, None
-            for nm, s, e in spans:
-                if "harness_hold" in nm or "distribution" in nm or "normal" in nm:
-                    if cur:
-                        fwd.append(cur)
-                    cur = None
-                elif "reduce_kernel" in nm:
-                    if cur:
-                        fwd.append(cur)
-                    cur, flush_end = [], e
-                elif cur is not None:
-                    if not cur:
-                        gaps.append((s - flush_end) / 1e6)
-                    cur.append((s, e))
-            if cur:
-                fwd.append(cur)
+            rep = timing.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0, hold_us=300.0, spans=True)
             res["cupti_events"] = rep["times_ms"]
-            res["kernel_span"] = [(c[-1][1] - c[0][0]) / 1e6 for c in fwd]
-            res["kernel_sum"] = [sum(e - s for s, e in c) / 1e6 for c in fwd]
-            res["flush_to_kernel"] = gaps
-            res["kernels_per_call"] = statistics.median(len(c) for c in fwd) if fwd else 0
+            res["kernel_span"] = [x for x in rep["span_ms"] if x > 0]
         res["graph"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0,
                                          graph=True)["times_ms"]
         out[name] = res
@@ -115,9 +68,9 @@ def main(procs: int) -> None:
     print("cupti:", runs[0]["cupti"] if runs else "-")
     summary = {}
     for name in KERNELS:
-        metrics = [m for m in ("events", "cupti_events", "kernel_span", "kernel_sum", "flush_to_kernel", "graph")
+        metrics = [m for m in ("events", "cupti_events", "kernel_span", "graph")
                    if all(m in r[name] and r[name][m] for r in runs)]
-        print(f"\n{name} (kernels per call: {[r[name].get('kernels_per_call') for r in runs]})")
+        print(f"\n{name}")
         print(f"{'metric':>16} {'spread':>8}   process medians (us)")
         meds = {}
         for m in metrics:
