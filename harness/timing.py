@@ -751,7 +751,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
 def span_choice(m: Measurement, t) -> tuple[bool, dict]:
     """Whether the record reports kernel spans (config.Timing.kernel_span), and what that rests on."""
     if not m.spans:
-        return False, {}
+        # asked for and not had: CUPTI could not be opened in one of the two processes
+        return False, ({"kernel_span_fallback": "CUPTI's records could not be had"}
+                       if "kernel_span_unavailable" in m.flags else {})
     note: dict = {}
     for name, side in (("candidate", m.cand), ("reference", m.ref)):
         if len(side.span) != len(side.times) or len(side.times) < 2 or any(x <= 0 for x in side.span):

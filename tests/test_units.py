@@ -609,3 +609,5 @@ def test_span_choice_falls_back_to_events_on_work_no_record_shows():
     unasked = _span_measurement([0.004] * 4, [0.001] * 4, [0.004] * 4, [0.001] * 4)
     unasked.spans = False  # events were the method from the start: nothing to choose
     assert span_choice(unasked, Timing()) == (False, {})
+    unasked.flags.append("kernel_span_unavailable")  # asked for, and a process could not open CUPTI
+    assert span_choice(unasked, Timing()) == (False, {"kernel_span_fallback": "CUPTI's records could not be had"})
