@@ -92,7 +92,7 @@ class Timing(BaseModel):
     # flags a speedup whose interval it widens by more than 1% (both sides under ~70 us). 0: off.
     process_bias_us: float = 0.25
     # GPU: where that offset lives (bench/diag/offset_source.py, 8 fresh processes on an H200): not in
-    # the kernel. CUPTI's own start and end of a 4 us relu's kernel were 1.088 us in all 8 processes
+    # the kernel. CUPTI's own start and end of a 4 us relu's kernel were 1.536 us in all 8 processes
     # while their events' medians spread 4.0-4.7 us; the rest of the interval is the GPU front end
     # starting the kernel after the start event. Problems whose reference's events median is under
     # `kernel_span_below_ms` are timed instead by each call's kernel span (timing.call_spans: first
