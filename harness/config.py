@@ -95,7 +95,7 @@ class Timing(BaseModel):
     # the kernel. CUPTI's own start and end of a 4 us relu's kernel were 1.536 us in all 8 processes
     # while their events' medians spread 4.0-4.7 us; the rest of the interval is the GPU front end
     # starting the kernel after the start event. Problems whose reference's events median is under
-    # `kernel_span_below_ms` are timed instead by each call's kernel span (timing.call_spans: first
+    # `kernel_span_below_ms` are timed instead by each call's kernel span (timing.call_work: first
     # start to last end of the forward's kernels, copies and fills, on any stream), on both sides,
     # with the events still taken beside it for the host-clock checks. "on": every GPU problem;
     # "off": events only. Falls back to events, noted in the record, where CUPTI cannot be had, a
@@ -109,6 +109,14 @@ class Timing(BaseModel):
     # the process offset of spans: CUPTI's timestamps tick in 32 ns, and the 8 processes' medians
     # above differed by at most one tick
     kernel_span_process_bias_us: float = 0.03
+    # GPU: added to either of the two above for each kernel, copy or fill of a forward after its
+    # first (counted from CUPTI's records in the warm-up round, or in every round under spans). Each
+    # dependent launch waits on the GPU front end, at a speed of the process's own that is the same
+    # for all its launches: over 8 fresh processes on an H100, chains of k relus spread in proportion
+    # to k - 1, with a standard deviation of 0.085-0.093 us per launch by events and by spans alike,
+    # at 64K and 1M floats (1.3-1.4 us at 16 kernels, against 0.01 us for one kernel's span);
+    # bench/diag/chain_bias.py, span_parts.py. 0: a forward counts as one kernel.
+    process_bias_per_launch_us: float = 0.09
 
 
 class Hardening(BaseModel):

@@ -33,7 +33,8 @@ from .reference import ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import clock_checks, gpu_summary, measure, ratio_ci, span_choice, summarize, widen_for_process_bias
+from .timing import (clock_checks, gpu_summary, measure, process_bias_us, ratio_ci, span_choice, summarize,
+                     widen_for_process_bias)
 
 
 class Failure(Exception):
@@ -364,9 +365,12 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         res.speedup_ci = ratio_ci(m.ref.timed(spans), m.cand.timed(spans), seed=ref.rng.getrandbits(32))
         if device == "cuda" and res.speedup:
             res.timing_method["speedup_ci_calls"] = res.speedup_ci  # before widening: these calls only
-            bias_us = cfg.timing.kernel_span_process_bias_us if spans else cfg.timing.process_bias_us
+            launches = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
+            bias = {k: process_bias_us(cfg.timing, spans, n) for k, n in launches.items()}
             res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
-                                                              res.runtime_ms, bias_us)
+                                                              res.runtime_ms, bias["reference"], bias["candidate"])
+            res.timing_method["launches_per_call"] = launches
+            res.timing_method["process_bias_us"] = {k: round(v, 4) for k, v in bias.items()}
             res.timing_method["process_bias_rel"] = round(bias_rel, 5)
             if 1.96 * bias_rel > 0.01:
                 res.flags.append("short_kernel")

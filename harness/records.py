@@ -164,7 +164,7 @@ class Command(BaseModel):
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
-    spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.call_spans)
+    spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.call_work)
     # quiet: probe until `probes` in a row take under `probe_us`, for at most `max_s`
     probe_us: float = 200.0
     probes: int = 3
@@ -193,6 +193,9 @@ class Reply(BaseModel):
     # GPU, when asked (Command.spans): per call, first start to last end of the forward's GPU work
     # (kernels, copies, fills) by CUPTI's timestamps, in ms; -1.0 for a call in which none was seen
     span_ms: list[float] = Field(default_factory=list)
+    # with span_ms: per call, how many kernels, copies and fills the forward ran (the harness's own
+    # left out): each one after the first waits on the GPU front end, at a per-process speed
+    span_launches: list[int] = Field(default_factory=list)
     fingerprints: list[list[float]] = Field(default_factory=list)
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None

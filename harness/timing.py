@@ -279,12 +279,12 @@ def _capture(torch, fn, inputs):
         return None
 
 
-def call_spans(acts: list[tuple[int, int, str]], windows: list[tuple[int, int]], harness: list[str]) -> list[float]:
-    """Each call's kernel span (ms): from the first start to the last end of the GPU activities
-    (start ns, end ns, kernel name, or "<memcpy>" or "<memset>") that started inside its window
-    (host timestamps in the same clock), less the harness's own, `harness`: the names a call without
-    a forward ran (hold, the flush's fill of its semaphores and its reduction), the earliest-starting
-    one of each name. -1.0 for a window with nothing else in it.
+def call_work(acts: list[tuple[int, int, str]], windows: list[tuple[int, int]],
+              harness: list[str]) -> list[list[tuple[int, int, str]]]:
+    """Each call's GPU activities (start ns, end ns, kernel name, or "<memcpy>" or "<memset>") that
+    started inside its window (host timestamps in the same clock), less the harness's own,
+    `harness`: the names a call without a forward ran (hold, the flush's fill of its semaphores and
+    its reduction), the earliest-starting one of each name.
 
     A solution cannot shorten its span by naming kernels like the harness's: the earliest of a name
     is dropped, and the harness's own start first (hold) or queue behind the hold (flush), so a
@@ -303,8 +303,15 @@ def call_spans(acts: list[tuple[int, int, str]], windows: list[tuple[int, int]],
                 drop.remove(a[2])
             else:
                 rest.append(a)
-        out.append((max(a[1] for a in rest) - min(a[0] for a in rest)) / 1e6 if rest else -1.0)
+        out.append(rest)
     return out
+
+
+def span_of(work: list[tuple[int, int, str]]) -> float:
+    """A call's kernel span (ms): from the first start to the last end of its work (call_work);
+    -1.0 for a call with none."""
+    return (max(a[1] for a in work) - min(a[0] for a in work)) / 1e6 if work else -1.0
+
 
 
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
@@ -360,6 +367,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
             flags.append("kernel_span_unavailable")
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
     span_ms: list[float] = []
+    launches: list[int] = []  # per call, the kernels, copies and fills of the forward (CUPTI's records)
 
     def shield() -> None:  # what precedes each forward on the GPU: the hold, then the flush
         if hold is not None:
@@ -371,7 +379,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
                 "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
-                "l2_reset": reset_l2 is not None, "span_ms": span_ms}
+                "l2_reset": reset_l2 is not None, "span_ms": span_ms, "span_launches": launches}
 
     with torch.no_grad():
         for k in range(warmup):
@@ -446,7 +454,9 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 rec.stop()
         if rec is not None and len(windows) == len(times) + 1:
             first = [a for a in rec.spans if windows[0][0] <= a[0] <= windows[0][1]]
-            span_ms[:] = call_spans(rec.spans, windows[1:], [a[2] for a in sorted(first)])
+            work = call_work(rec.spans, windows[1:], [a[2] for a in sorted(first)])
+            span_ms[:] = [span_of(w) for w in work]
+            launches[:] = [len(w) for w in work]
             rec.spans = None
     return report()
 
@@ -476,18 +486,28 @@ def ratio_ci(ref: list[float], cand: list[float], iters: int = 400, seed: int = 
     return ratios[int(0.025 * iters)], ratios[int(0.975 * iters) - 1]
 
 
+def process_bias_us(t, spans: bool, launches: Optional[int]) -> float:
+    """The standard deviation (us) of the offset a fresh process adds to one side's median: the
+    measure's own for a forward of one kernel (config.Timing.process_bias_us, or
+    kernel_span_process_bias_us), plus `process_bias_per_launch_us` for each kernel, copy or fill
+    after the first. Every process starts each dependent launch at its own speed, the same for all
+    of them (bench/diag/chain_bias.py), so the offsets of a forward's launches add up rather than
+    average out. `launches`: the side's count per call (None: not counted, taken as one)."""
+    base = t.kernel_span_process_bias_us if spans else t.process_bias_us
+    return base + t.process_bias_per_launch_us * max(0, (launches or 1) - 1)
+
+
 def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
-                           bias_us: float) -> tuple[tuple[float, float], float]:
+                           ref_bias_us: float, cand_bias_us: float) -> tuple[tuple[float, float], float]:
     """`ci` (which covers the calls of these two processes only) widened for the offset each process
-    adds to a median of a small kernel, whatever the number of calls: 0.06-0.15 us on an H200 as a
-    standard deviation, with draws of 0.45 us at 4 us seen, so several percent at 4 us and under 0.1%
-    from 0.3 ms up (`timing.process_bias_us`, bench/diag/process_bias.py).
-    Each side's median carries one such offset; they add to the log ratio in quadrature, and to each
-    end of the bootstrap interval in quadrature too. Returns the interval and the ratio's relative
-    standard deviation from the offsets."""
-    if bias_us <= 0 or not speedup or ref_ms <= 0 or cand_ms <= 0:
+    adds to its median, whatever the number of calls (process_bias_us): several percent at 4 us,
+    under 0.1% from 0.3 ms up for a forward of a few kernels (bench/diag/process_bias.py,
+    chain_bias.py). Each side's median carries one such offset; they add to the log ratio in
+    quadrature, and to each end of the bootstrap interval in quadrature too. Returns the interval
+    and the ratio's relative standard deviation from the offsets."""
+    if (ref_bias_us <= 0 and cand_bias_us <= 0) or not speedup or ref_ms <= 0 or cand_ms <= 0:
         return ci, 0.0
-    rel = math.hypot(bias_us / (ref_ms * 1e3), bias_us / (cand_ms * 1e3))
+    rel = math.hypot(ref_bias_us / (ref_ms * 1e3), cand_bias_us / (cand_ms * 1e3))
     z, ls = 1.96 * rel, math.log(speedup)
     lo, hi = ci
     return (math.exp(ls - math.hypot(max(0.0, ls - math.log(lo)), z)),
@@ -546,6 +566,7 @@ class Side:
     launch: list[float] = field(default_factory=list)   # host ms from the hold's launch to the forward enqueued
     leaked: int = 0  # calls whose interval opened before their forward was enqueued
     span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
+    launches: list[int] = field(default_factory=list)  # the latest round's launches per call (CUPTI), if counted
     # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU)
     rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
 
@@ -561,6 +582,10 @@ class Side:
     def median(self, what: str) -> Optional[float]:
         xs = getattr(self, what)
         return round(statistics.median(xs), 4) if xs else None
+
+    def launch_count(self) -> Optional[int]:
+        """The forward's kernels, copies and fills per call (the median call), where counted."""
+        return int(statistics.median_low(self.launches)) if self.launches else None
 
     def timed(self, spans: bool) -> list[float]:
         """The samples the statistics are taken of: the kernel spans recorded, or the events."""
@@ -627,13 +652,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     warm = True
     no_hold = False  # the reference's process has no working hold: neither side gets one
     span_decided = t.kernel_span == "off"
+    # the warm-up round, whose samples are not kept, also counts each side's launches per call
+    # from CUPTI's records (process_bias_us), where spans will not
+    count_launches = cuda and t.process_bias_per_launch_us > 0
     # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
     # launch a call; every later round holds both sides for twice that, plus a margin
     m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
-                      hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans)
+                      hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
         s1, q1 = snap(), rq(cand)
@@ -671,6 +699,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
             m.flags.append("malformed_report")
             break
+        for side, reply in ((m.cand, c_reply), (m.ref, r_reply)):
+            if reply.span_launches:
+                side.launches = list(reply.span_launches)
         for cf, rf in zip(c_reply.fingerprints, r_reply.fingerprints):
             if not fingerprints_match(cf, rf, tol):
                 m.mismatched_calls += 1

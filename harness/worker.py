@@ -200,7 +200,8 @@ class Runner:
         self.cls = None
         self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
         self.ext_calls = [0]
-        self.recorder = None  # the kernel list's (cupti.KernelRecorder), once start_profiler readied it
+        self.recorder = None  # the process's cupti.KernelRecorder: timing's spans and launch counts, the kernel list
+        self.lister = None  # the recorder when the kernel list is taken through CUPTI (start_profiler)
         self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
         self._span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
         if self.role == "candidate":
@@ -342,11 +343,14 @@ class Runner:
         self.torch.cuda.empty_cache()
         from .cupti import KernelRecorder
         why = ""
-        if self.recorder is None:  # not already opened for the timing's spans: one per process
-            self.recorder, why = KernelRecorder.open(self.torch) if method != "profiler" else (None, "")
-        if self.recorder is None:
+        # one recorder per process, perhaps opened already for timing's spans or launch counts; the
+        # profiler when asked for by name (correctness.kernel_list), whatever timing opened
+        if method != "profiler" and self.recorder is None:
+            self.recorder, why = KernelRecorder.open(self.torch)
+        self.lister = self.recorder if method != "profiler" else None
+        if self.lister is None:
             start_profiler()
-        self.listing = "cupti" if self.recorder else "torch.profiler"
+        self.listing = "cupti" if self.lister else "torch.profiler"
         return {"profile_s": time.perf_counter() - t0,
                 "notes": {"kernel_list": self.listing, **({"cupti_unavailable": why[:300]} if why else {})}}
 
@@ -360,16 +364,16 @@ class Runner:
             raise RuntimeError("kernels before profiler")
         t0 = time.perf_counter()
         inputs = self.make_inputs(seed)
-        if self.recorder is not None:
+        if self.lister is not None:
             try:
-                self.recorder.start()
+                self.lister.start()
             except Exception:  # noqa: BLE001 - CUPTI's fault, not the solution's: the profiler lists
-                self.recorder, self.listing = None, "torch.profiler"
+                self.lister, self.listing = None, "torch.profiler"
                 start_profiler()
         with self.torch.no_grad():
-            if self.recorder is not None:
+            if self.lister is not None:
                 self.forward(inputs)
-                names = sorted(set(self.recorder.stop()))
+                names = sorted(set(self.lister.stop()))
             else:
                 from torch.profiler import ProfilerActivity, profile
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -104,7 +104,7 @@ def test_a_record_that_does_not_read_as_a_kernel_is_counted_not_listed():
 
 
 def test_span_mode_keeps_start_and_end_of_kernels_copies_and_fills():
-    """Kernel spans (timing.call_spans) rest on these: every kernel, copy and fill with its start and
+    """Kernel spans (timing.call_work) rest on these: every kernel, copy and fill with its start and
     end; a record whose end precedes its start is not trusted."""
     lib = FakeCupti([record(cupti.CONCURRENT_KERNEL, "k1", start=1000, end=3000),
                      record(cupti.MEMCPY, "", start=3500, end=4000),

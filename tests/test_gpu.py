@@ -27,6 +27,13 @@ def test_gpu_fixture_verdict(path):
         assert r.phases.profiler_start_s < 1.0, r.phases
 
 
+def cfg_bias(spans: bool) -> float:
+    """The process offset of a one-launch forward, by the default config."""
+    from harness.config import Timing
+    t = Timing()
+    return t.kernel_span_process_bias_us if spans else t.process_bias_us
+
+
 @gpu
 def test_a_kernel_of_a_few_microseconds_is_flagged_and_its_interval_widened():
     """relu(a + b) on 4096 floats takes a few us, timed by events (kernel spans off), where each
@@ -56,6 +63,10 @@ def test_a_short_problem_is_timed_by_its_kernel_spans():
     assert 0 < r.runtime_ms < tm["events_median_ms"]["candidate"], tm
     assert 0 < r.ref_runtime_ms < tm["events_median_ms"]["reference"], tm
     assert r.runtime_stats.count >= 10 and r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
+    # relu(a + b) launches two kernels, the solution its own one (a second only for a tail of the
+    # vector): the reference's median carries the offset of one more dependent launch
+    assert tm["launches_per_call"]["reference"] == 2 and tm["launches_per_call"]["candidate"] in (1, 2), tm
+    assert tm["process_bias_us"]["reference"] > cfg_bias(spans=True), tm
 
 
 @gpu
@@ -147,6 +158,9 @@ def test_an_identical_launch_bound_solution_times_like_its_reference():
     # the kernel list was taken (after timing), the profiler started first outside the gate
     assert r.phases.profile_s is not None and r.phases.profiler_start_s is not None, detail
     assert 0.85 < r.speedup < 1.18, detail
+    # counted in the warm-up round from CUPTI's records, though both are timed by events: 24 each,
+    # so each median carries 23 launches' worth of its process's offset (timing.process_bias_us)
+    assert r.timing_method["launches_per_call"] == {"candidate": 24, "reference": 24}, detail
     # the automatic hold covered both sides' launching (~0.3 ms per forward): both are device time,
     # but for a rare call the host stalls past it (1 of 30 seen on an H200)
     tm = r.timing_method

@@ -129,18 +129,34 @@ def test_summarize():
 def test_the_process_offset_widens_a_small_kernels_interval_and_not_a_large_ones():
     ci = (0.99, 1.01)
     # 4 us on both sides: each median carries ±0.12 us of its process: about ±8% on the ratio
-    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.12)
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.12, 0.12)
     assert rel == pytest.approx(math.hypot(0.03, 0.03))
     assert lo == pytest.approx(math.exp(-math.hypot(math.log(1 / 0.99), 1.96 * rel)))
     assert lo < 0.93 and hi > 1.07
     # 1 ms: the calls' interval is the whole story
-    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 1.0, 1.0, 0.12)
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 1.0, 1.0, 0.12, 0.12)
     assert rel < 2e-4 and (lo, hi) == pytest.approx(ci, rel=1e-4)
     # off, or nothing to widen
-    assert widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.0) == (ci, 0.0)
+    assert widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.0, 0.0) == (ci, 0.0)
     # an asymmetric interval keeps its shape: each end widened on its own side
-    (lo, hi), _ = widen_for_process_bias((1.9, 2.3), 2.0, 0.01, 0.005, 0.12)
+    (lo, hi), _ = widen_for_process_bias((1.9, 2.3), 2.0, 0.01, 0.005, 0.12, 0.12)
     assert lo < 1.9 and hi > 2.3 and hi / 2.0 > 2.0 / lo
+    # each side its own offset: a fused candidate (one launch) against a reference of many
+    _, rel = widen_for_process_bias(ci, 2.0, 0.040, 0.020, 1.0, 0.03)
+    assert rel == pytest.approx(math.hypot(1.0 / 40, 0.03 / 20))
+
+
+def test_the_process_offset_grows_with_each_launch_after_the_first():
+    """chain_bias.py: a process's offset on a chain of k kernels grows as k - 1 (each dependent
+    launch waits on the front end at the process's own speed), by events and by spans alike."""
+    from harness.config import Timing
+    from harness.timing import process_bias_us
+    t = Timing(process_bias_us=0.25, kernel_span_process_bias_us=0.03, process_bias_per_launch_us=0.09)
+    assert process_bias_us(t, True, 1) == pytest.approx(0.03)
+    assert process_bias_us(t, True, None) == pytest.approx(0.03)  # not counted: one launch
+    assert process_bias_us(t, True, 16) == pytest.approx(0.03 + 15 * 0.09)
+    assert process_bias_us(t, False, 2) == pytest.approx(0.25 + 0.09)
+    assert process_bias_us(Timing(process_bias_per_launch_us=0.0), False, 24) == pytest.approx(Timing().process_bias_us)
 
 
 @pytest.mark.parametrize("src,flag", [
@@ -554,13 +570,13 @@ def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatc
     assert "launch_hold_unavailable" not in run(["launch_hold_unavailable"], []).flags
 
 
-# --- kernel spans (timing.call_spans, timing.span_choice) ---------------------------------------
+# --- kernel spans (timing.call_work, timing.span_choice) ---------------------------------------
 
 HOLD, FLUSH = "harness_hold", "_ZN2at6native13reduce_kernelILi512E"
 
 
-def test_call_spans_leave_out_the_harness_kernels_and_keep_all_of_the_forward():
-    from harness.timing import call_spans
+def test_call_work_leaves_out_the_harness_kernels_and_keeps_all_of_the_forward():
+    from harness.timing import call_work, span_of
     acts = [
         # call 1: hold, the flush's fill and reduction, then the forward's two kernels and a copy
         (100, 400, HOLD), (398, 399, "<memset>"), (400, 460, FLUSH), (470, 480, "k1"), (482, 490, "k2"),
@@ -573,10 +589,49 @@ def test_call_spans_leave_out_the_harness_kernels_and_keep_all_of_the_forward():
         (2100, 2400, HOLD), (2399, 2400, "<memset>"), (2400, 2460, FLUSH),
         (3000, 3001, "outside every window"),
     ]
-    spans = call_spans(acts, [(0, 999), (1000, 1999), (2000, 2999)], [HOLD, "<memset>", FLUSH])
+    work = call_work(acts, [(0, 999), (1000, 1999), (2000, 2999)], [HOLD, "<memset>", FLUSH])
+    spans = [span_of(w) for w in work]
     assert spans[0] == pytest.approx((495 - 470) / 1e6)
     assert spans[1] == pytest.approx((1482 - 1150) / 1e6)
     assert spans[2] == -1.0
+    # what each call launched, the harness's own left out: its launch count (process_bias_us)
+    assert [[a[2] for a in w] for w in work] == [["k1", "k2", "<memcpy>"], ["side", FLUSH, "k1", "<memset>"], []]
+
+
+class _LaunchCounting(_FakeTimed):
+    """A worker whose forward launches `n` kernels: CUPTI's count comes with each call's span, and
+    only when the command asks for spans."""
+
+    def __init__(self, ms, n):
+        super().__init__(ms, 1980)
+        self.n, self.asked = n, []
+
+    def request(self, cmd, timeout):
+        reply, wall = super().request(cmd, timeout)
+        self.asked.append(cmd.spans)
+        if cmd.spans:
+            k = len(cmd.seeds)
+            reply = reply.model_copy(update={"span_ms": [self.ms * 0.9] * k, "span_launches": [self.n] * k})
+        return reply, wall
+
+
+@pytest.mark.parametrize("per_launch", [0.09, 0.0])
+def test_the_warm_up_round_counts_each_sides_launches_for_a_problem_timed_by_events(monkeypatch, per_launch):
+    """A problem of 1 ms is timed by events, yet each side's launches per call are counted in the
+    warm-up round (its samples are not kept), from CUPTI's records, for the process offset; the
+    timed rounds ask for no records. With the per-launch offset off, nothing is counted."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor(reasons=0))
+    cfg = load_config(None, {"timing.min_rounds": 2, "timing.min_calls": 20, "timing.round_calls": 10,
+                             "timing.compile_baseline": "off", "timing.process_bias_per_launch_us": per_launch})
+    cand, ref = _LaunchCounting(1.0, 1), _LaunchCounting(2.0, 16)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+                       timeout=5, ref_timeout=5)
+    assert not m.spans and len(m.cand.times) >= 20
+    assert cand.asked[0] is (per_launch > 0) and not any(cand.asked[1:]) and not any(ref.asked[1:])
+    assert (m.cand.launch_count(), m.ref.launch_count()) == ((1, 16) if per_launch else (None, None))
 
 
 def _span_measurement(cand_events, cand_span, ref_events, ref_span):

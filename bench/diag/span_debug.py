@@ -24,13 +24,13 @@ def main() -> None:
     print("cupti:", why or "ok")
     r.span_recorder = lambda: rec
     seen = {}
-    orig = timing.call_spans
+    orig = timing.call_work
 
     def spy(acts, windows, harness):
         seen.update(acts=list(acts), windows=list(windows), harness=list(harness))
         return orig(acts, windows, harness)
 
-    timing.call_spans = spy
+    timing.call_work = spy
     rng = random.Random(1)
     for hold in (300.0,):
         rep = timing.time_calls(r, [rng.getrandbits(62) for _ in range(4)], warmup=2, flush_l2=True, npos=0,
