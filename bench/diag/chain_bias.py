@@ -29,17 +29,8 @@ CHAINS = (1, 2, 4, 8, 16)
 
 
 def child() -> None:
-    import random
-
-    import torch
-
-    from harness import cupti, timing
-
-    timing.pin(torch)
-    rng = random.Random()
-    rec, why = cupti.KernelRecorder.open(torch)
-    if rec is None:
-        raise SystemExit(f"no CUPTI: {why}")
+    from small_spread import span_child
+    torch, timing, rec, rng = span_child()
 
     class Runner:
         device, cache = "cuda", {}
@@ -96,7 +87,5 @@ def main(procs: int) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 8)
+    from small_spread import entry
+    entry(child, main, 8)

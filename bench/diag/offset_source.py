@@ -86,7 +86,5 @@ def main(procs: int) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 8)
+    from small_spread import entry
+    entry(child, main, 8)

@@ -33,18 +33,9 @@ POOLS, BLOCKS, CALLS = 8, 8, 50
 
 def child() -> None:
     import contextlib
-    import random
 
-    import torch
-
-    from harness import cupti, timing
-    from small_spread import relu_runner
-
-    timing.pin(torch)
-    rng = random.Random()
-    rec, why = cupti.KernelRecorder.open(torch)
-    if rec is None:
-        raise SystemExit(f"no CUPTI: {why}")
+    from small_spread import relu_runner, span_child
+    torch, timing, rec, rng = span_child()
     out: dict = {}
     for name, (n, k) in KERNELS.items():
         res = {}
@@ -117,7 +108,5 @@ def main(procs: int) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 6)
+    from small_spread import entry
+    entry(child, main, 6)

@@ -45,6 +45,29 @@ def relu_runner(torch, n: int, k: int, spacer=None):
     return Runner()
 
 
+def span_child():
+    """A child's start for timing by kernel spans: (torch, harness.timing, a CUPTI recorder, an RNG),
+    the timing primitives pinned; exits where CUPTI cannot be had."""
+    import random
+
+    import torch
+
+    from harness import cupti, timing
+    timing.pin(torch)
+    rec, why = cupti.KernelRecorder.open(torch)
+    if rec is None:
+        raise SystemExit(f"no CUPTI: {why}")
+    return torch, timing, rec, random.Random()
+
+
+def entry(child, main, procs: int) -> None:
+    """`script --child` runs one child; `script [--procs N]` runs main(N) over N fresh children."""
+    if "--child" in sys.argv:
+        child()
+    else:
+        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else procs)
+
+
 def child_runs(script: str, procs: int, args: list[str] = ()) -> list[dict]:
     """`script --child` in `procs` fresh processes, one after another: each one's last stdout line
     (JSON); a process that failed is reported and left out."""
@@ -162,7 +185,4 @@ def main(procs: int = 6) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 6)
+    entry(child, main, 6)

@@ -26,18 +26,8 @@ N = 1 << 22
 
 
 def child() -> None:
-    import random
-
-    import torch
-
-    from harness import cupti, timing
-    from small_spread import relu_runner
-
-    timing.pin(torch)
-    rng = random.Random()
-    rec, why = cupti.KernelRecorder.open(torch)
-    if rec is None:
-        raise SystemExit(f"no CUPTI: {why}")
+    from small_spread import relu_runner, span_child
+    torch, timing, rec, rng = span_child()
     parts: list[tuple[float, float, float]] = []
     real = timing.call_work
 
@@ -83,7 +73,5 @@ def main(procs: int) -> None:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        main(int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 8)
+    from small_spread import entry
+    entry(child, main, 8)
