@@ -313,7 +313,6 @@ def span_of(work: list[tuple[int, int, str]]) -> float:
     return (max(a[1] for a in work) - min(a[0] for a in work)) / 1e6 if work else -1.0
 
 
-
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
                flush_method: str = "read", variant: str = "eager", graph: bool = False,
                hold_us: float = 0.0, spans: bool = False) -> dict:
