@@ -372,7 +372,7 @@ def analyse(run: Path, wall: float, cores: int) -> dict:
     # where a device slot's time goes, per evaluated solution (records that reached the candidate)
     evald = [r["phases"] for r in recs if r["phases"].get("load_s")]
     phases = {k: sum(p.get(k) or 0.0 for p in evald) / max(1, len(evald))
-              for k in ("load_s", "correctness_s", "timing_s", "profile_s", "wait_s")}
+              for k in ("load_s", "correctness_s", "trials_s", "reference_s", "judge_s", "timing_s", "profile_s", "wait_s")}
     # the kernel listings: readying CUPTI (or the profiler's start-up) in the candidate's process
     phases["listed"] = sum(1 for p in evald if p.get("profiler_start_s") is not None)
     phases["profiler_start_s"] = sum(p.get("profiler_start_s") or 0.0 for p in evald) / max(1, phases["listed"])
@@ -404,7 +404,13 @@ def timeline(run: Path, wall: float) -> dict:
             "shutdown_s": summ.get("shutdown_s"),  # of outside_s: closing the slots' processes
             "wait_ready_s": statistics.mean(waits) if waits else 0.0,
             "in_flight": sum(e["t"] - e["t_start"] for e in evals) / max(1e-9, last - first),
-            "cached_builds": sum(bool(e.get("cached")) for e in comp.values())}
+            "cached_builds": sum(bool(e.get("cached")) for e in comp.values()),
+            # timing phases that moved builds off the timing CPU they had borrowed (cpus.Lender), and
+            # the mean milliseconds that took
+            "reclaims": summ.get("timing_cpu_reclaims"),
+            # candidate phases that gave up their lane for running long (the hang, slow trials)
+            "overdue": sum((summ.get("overdue_phases") or {}).values()),
+            "reclaim_ms": 1e3 * (summ.get("timing_cpu_reclaim_s") or 0.0) / max(1, summ.get("timing_cpu_reclaims") or 0)}
 
 
 def main() -> int:
@@ -423,6 +429,8 @@ def main() -> int:
                     help="a further warm run with this [batch] setting changed, e.g. prime_standbys=false, or "
                          "SECTION.KEY=VALUE for another section's "
                          "(repeatable: one run each, alternating with the default's warm runs)")
+    ap.add_argument("--cold-only", action="store_true",
+                    help="only the cold run (A/B of a [batch] setting's effect on builds, with --set)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a [batch] setting for every run, cold included (an A/B of the cold run across invocations)")
     args = ap.parse_args()
@@ -435,7 +443,7 @@ def main() -> int:
     write_tree(work / "subs", sols)
     cfg = work / "bench.toml"
     write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, every)  # a fresh, empty build cache
-    runs = [("cold", cfg), ("warm", cfg)]
+    runs = [("cold", cfg)] if args.cold_only else [("cold", cfg), ("warm", cfg)]
     if args.compare_lanes:
         cfg2 = work / f"bench-lanes{args.compare_lanes}.toml"
         write_config(cfg2, work / "cache", args.run_timeout, args.compile_baseline, args.compare_lanes, every)
@@ -475,7 +483,6 @@ def main() -> int:
     md = report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, work)
     # bench/out (ignored): bench/results holds the curated history, each run's table added by hand
     out = REPO / "bench" / "out" / f"throughput-{args.device}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     if wrong:

@@ -472,7 +472,12 @@ class BatchSummary:
     device_s: dict[str, float] = field(default_factory=dict)
     occupied_s: dict[str, float] = field(default_factory=dict)
     references: dict[str, int] = field(default_factory=dict)
+    overdue: dict[str, int] = field(default_factory=dict)  # slow candidate phases that freed their lane
     interrupted: bool = False
+    # the timing CPUs lent to builds (cpus.Lender): timing phases that took theirs back, and the
+    # seconds spent moving builds off it; None: not lent
+    reclaims: Optional[int] = None
+    reclaim_s: Optional[float] = None
 
     def to_json(self) -> dict:
         return {"run_dir": str(self.run_dir), "items": self.items, "resumed": self.resumed,
@@ -482,7 +487,10 @@ class BatchSummary:
                 "compile_cpu_s": round(self.compile_cpu_s, 3),
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
                 "device_occupied_s": {k: round(v, 3) for k, v in self.occupied_s.items()},
-                "references_started": self.references, "interrupted": self.interrupted,
+                "references_started": self.references, "overdue_phases": self.overdue,
+                "interrupted": self.interrupted,
+                "timing_cpu_reclaims": self.reclaims,
+                "timing_cpu_reclaim_s": None if self.reclaim_s is None else round(self.reclaim_s, 4),
                 "skipped": [s.__dict__ for s in self.skipped]}
 
 
@@ -799,13 +807,16 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
                           f"{len(todo)} to go", highlight=False, soft_wrap=True)
         items = todo
 
-    background = None
+    background, lender = None, None
     if device == "cuda":  # a timing CPU per GPU, kept free of builds and standbys (cpus.py)
         timing_cpus, background = cpus.plan(len(slots))
         for s, c in zip(slots, timing_cpus):
             s.timing_cpu, s.background_cpus = c, background
-    workers, jobs = compile_plan(device, compile_workers, len(background) if background else None)
-    executor = LocalExecutor(slots, workers, size, dtype)
+        if cfg.batch.lend_timing_cpus:  # ...but lent to the builds while nothing is timed there
+            lender = cpus.Lender.plan(timing_cpus, background)
+    build_cpus = lender.mask() if lender else background
+    workers, jobs = compile_plan(device, compile_workers, len(build_cpus) if build_cpus else None)
+    executor = LocalExecutor(slots, workers, size, dtype, lender=lender)
     compile_env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     results = ResultsFile(results_path)
     pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
@@ -838,6 +849,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         summary.device_s = {s.slot.name: s.busy_s for s in pipe.slots}
         summary.occupied_s = {s.slot.name: s.occupied_s for s in pipe.slots}
         summary.references = executor.references_started()
+        summary.overdue = executor.overdue_phases()
+        if lender is not None:
+            summary.reclaims, summary.reclaim_s = lender.reclaims, lender.reclaim_s
         events.write("end", **{k: v for k, v in summary.to_json().items() if k != "skipped"})
         events.close()
         (run_dir / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")

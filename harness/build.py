@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .cpus import Lender
 from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 from .records import CompileReply
 
@@ -154,11 +155,13 @@ def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: flo
 
 def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
                 extra_env: Optional[dict[str, str]] = None, *, idle: bool = False,
-                cpus: Optional[set[int]] = None) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
+                cpus: Optional[set[int]] = None,
+                lender: Optional[Lender] = None) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
     """The build, in an isolated child: (reply, failure, log_tail, cpu_seconds). `idle`: a batch's
     build, at the lowest priority (so that it never slows an evaluation beside it) and with the CPU
     seconds of the child and everything it waited for (the compiler) counted; else cpu_seconds is
-    None. `cpus`: where the child and its compilers may run (cpus.py)."""
+    None. `cpus`: where the child and its compilers may run (cpus.py); `lender`: and the timing
+    CPUs it lends while nothing is timed."""
     known = remembered_failure(ext_dir) or remembered_build(ext_dir)
     if known is not None:
         return known[0], None, known[1], 0.0
@@ -166,6 +169,8 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
     w = Worker(setup, env=child_env(ext_dir, device, extra_env), cpus=cpus)
     if idle:
         _background(w.proc.pid)
+    if lender is not None:
+        lender.track(w.proc.pid)
     try:
         try:
             line = w.wait_json(timeout)
@@ -179,6 +184,8 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
         except (WorkerDied, WorkerProtocolError, ValueError) as e:
             return None, f"died: {e}", w.log_tail(), _reap_cpu(w.proc.pid, wait=0.5) if idle else None
     finally:
+        if lender is not None:
+            lender.untrack(w.proc.pid)
         w.close()
 
 

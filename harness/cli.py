@@ -20,6 +20,19 @@ def _config(config_path: Optional[str], **overrides):
     return load_config(config_path, {k: v for k, v in overrides.items() if v is not None})
 
 
+# set by entry(), the `harness` command itself (tests invoke `main` in their own process)
+_exit_fast = False
+
+
+def entry() -> None:
+    """The `harness` command. A batch ends without the interpreter's teardown (os._exit once its
+    output is flushed): the records, summary and leaderboard are written and closed and every child
+    has ended by then, and unloading torch took 0.5-1 s of the command's wall time."""
+    global _exit_fast
+    _exit_fast = True
+    main()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="harness")
 def main() -> None:
@@ -192,6 +205,10 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
         from .leaderboard import label_summary, load_records, summary_json
         df = load_records([summary.run_dir])
         sys.stdout.write((summary_json(label_summary(df)) if not df.empty else "[]") + "\n")
+    if _exit_fast:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @main.command("leaderboard")
@@ -229,4 +246,4 @@ def leaderboard_cmd(runs, csv_path, md_path, as_json):
 
 
 if __name__ == "__main__":
-    main()
+    entry()

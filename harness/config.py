@@ -151,6 +151,15 @@ class Batch(BaseModel):
     # of host work in torch.profiler's start-up) leaves its lane to another, up to twice
     # `concurrent_evaluations` in flight (sharing.DeviceGate.background)
     background_frees_lane: bool = True
+    # a candidate's start or correctness trials running longer than this (a hang waiting out its
+    # timeout, 120 s by default) counts as a background phase too, so that another evaluation takes
+    # its lane meanwhile; 0: never. Not lower: at 3 s it also freed the lanes of starts slowed by the
+    # builds beside them (10 in a cold run of the throughput bench on an H100), and the extra
+    # evaluations in flight slowed every start
+    slow_phase_frees_lane_s: float = 10.0
+    # a GPU slot starts a problem's reference as the problem's first evaluation begins, beside the
+    # candidate's start and trials (in its own process, as always); false: after them
+    early_reference: bool = True
     # a timing phase stops (SIGSTOP) the untimed phases of the others that run in child processes (a
     # candidate's start and trials, a reference's start, a standby's priming) instead of waiting for
     # them to end, then waits for the GPU to be quiet of the work they had queued (`quiet_*`)
@@ -163,6 +172,9 @@ class Batch(BaseModel):
     quiet_max_s: float = 10.0
     # the same on the CPU slot: 1, since there every phase competes with timing for the same cores
     cpu_concurrent_evaluations: int = 1
+    # builds also run on the GPU slots' timing CPUs while no timing phase holds them, and are moved
+    # off before one starts (cpus.Lender); false: they never run there
+    lend_timing_cpus: bool = True
 
 
 class Config(BaseModel):

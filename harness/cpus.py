@@ -13,10 +13,20 @@ phase (they never run at once there: rounds alternate, and the gate stops everyt
 slot's), and builds and standbys starting up are kept off it and its SMT siblings where the
 machine has CPUs to spare. The CPU path is left alone: there, contention is the noise the checks are
 set for, and evaluations run beside each other in tests.
+
+Timing holds a slot's CPU for a fraction of a cold batch (0.5 s per solution against builds of a
+minute), so a `Lender` gives the timing CPUs to the builds whenever no timing phase holds them, and
+takes each back, moving every process of every build off it, before a timing phase starts
+(`pinned(..., lender=)`, 9-16 ms). On a 16-core H100 machine the builds kept that CPU 83-87% busy
+through a cold batch against 24-26% without, and the batch took 119-121 s against 128-137 s
+(bench/results/throughput-cuda.md, session 18).
 """
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import Counter
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
@@ -66,9 +76,128 @@ def restrict(pid: int, cpus: Optional[set[int]]) -> None:
             pass
 
 
+def _children_lists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}/task/{pid}/children")
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Where the kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): one pass over /proc."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+class Lender:
+    """The slots' timing CPUs (with their SMT siblings), lent to the batch's builds while no timing
+    phase holds them. `track(pid)` a build child as it starts; `reclaimed(cpu)` around a timing phase
+    moves every build process off that CPU first and gives it back after."""
+
+    def __init__(self, background: set[int], timing: dict[int, set[int]]):
+        self.background = set(background)
+        self.timing = {c: set(r) for c, r in timing.items()}  # timing CPU -> the CPUs reserved with it
+        self._held: Counter = Counter()  # timing CPUs now reclaimed, by how many phases
+        self._roots: set[int] = set()
+        self._lock = threading.Lock()
+        self.moves = 0  # masks applied to build trees (for tests)
+        self.reclaims = 0  # timing phases that took their CPU back, and the seconds that took them
+        self.reclaim_s = 0.0
+
+    @classmethod
+    def plan(cls, timing: list[Optional[int]], background: Optional[set[int]],
+             siblings_of=siblings) -> Optional["Lender"]:
+        """None where nothing was reserved (the CPU path, a machine too small to spare a core)."""
+        cores = [c for c in timing if c is not None]
+        if not background or not cores:
+            return None
+        every = background | {c for t in cores for c in siblings_of(t)}
+        return cls(background, {t: (siblings_of(t) & every) | {t} for t in cores})
+
+    def mask(self) -> set[int]:
+        out = set(self.background)
+        for cpu, reserved in self.timing.items():
+            if not self._held[cpu]:
+                out |= reserved
+        return out
+
+    def track(self, pid: int) -> None:
+        with self._lock:
+            self._roots.add(pid)
+            self._apply([pid], self.mask())
+
+    def untrack(self, pid: int) -> None:
+        with self._lock:
+            self._roots.discard(pid)
+
+    @contextmanager
+    def reclaimed(self, cpu: Optional[int]):
+        if cpu not in self.timing:
+            yield
+            return
+        with self._lock:
+            self._held[cpu] += 1
+            if self._held[cpu] == 1:
+                t0 = time.perf_counter()
+                self._apply(list(self._roots), self.mask())
+                self.reclaims += 1
+                self.reclaim_s += time.perf_counter() - t0
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held[cpu] -= 1
+                if not self._held[cpu]:
+                    self._apply(list(self._roots), self.mask())
+
+    def _apply(self, roots: list[int], mask: set[int]) -> None:
+        for root in roots:
+            self.moves += 1
+            _set_tree(root, mask)
+
+
+def _set_tree(root: int, mask: set[int]) -> None:
+    """`mask` on every thread of `root` and its descendants. Each thread is set before its children
+    are listed, so one forked meanwhile inherits the new mask. Without the kernel's children lists,
+    the map from one pass over /proc misses a child forked between that pass and its parent's
+    update: a second pass finds it."""
+    direct = _children_lists(root)
+    for _ in range(1 if direct else 2):
+        kids = None if direct else _children_by_parent()
+        stack = [root]
+        while stack:
+            p = stack.pop()
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+            except (OSError, ValueError):
+                continue
+            for t in tids:
+                try:
+                    os.sched_setaffinity(t, mask)
+                except OSError:
+                    pass  # it exited
+                if kids is None:
+                    try:
+                        stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
+                    except (OSError, ValueError):
+                        pass
+            if kids is not None:
+                stack.extend(kids.get(p, ()))
+
+
 @contextmanager
-def pinned(pids: Iterable[Optional[int]], cpu: Optional[int]):
-    """Each process's main thread on `cpu` for the block, then back where it was."""
+def pinned(pids: Iterable[Optional[int]], cpu: Optional[int], lender: Optional[Lender] = None):
+    """Each process's main thread on `cpu` for the block, then back where it was; builds borrowing
+    `cpu` (`lender`) are moved off it first."""
+    if lender is not None:
+        with lender.reclaimed(cpu), pinned(pids, cpu):
+            yield
+        return
     old: dict[int, set[int]] = {}
     if cpu is not None:
         for pid in pids:

@@ -182,7 +182,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
         def start_candidate() -> None:  # into `cand`, which timed() reads when it runs
             nonlocal cand
-            with gate.stoppable() as phase:
+            with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
                 if standby:
                     cand = standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add)
                 else:
@@ -195,7 +195,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         start_candidate()
         phases.load_s = clock() - t0
         t0 = clock()
-        with gate.stoppable() as phase:
+        with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
             phase.add(cand)
             reply, _ = _ask(cand, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
                             cfg.timeouts.run_s, "correctness trials")
@@ -253,7 +253,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             # nothing else on this device or beside it while either side is timed, and on a GPU both
             # sides on the same host CPU (cpus.py)
             with gate.exclusive(keep=(cand, ref.worker)) as held, cpus.pinned(
-                    [cand.pid, ref.worker.pid], gate.timing_cpu if device == "cuda" else None):
+                    [cand.pid, ref.worker.pid], gate.timing_cpu if device == "cuda" else None, gate.lender):
                 if held.preempted and device == "cuda":
                     _quiet(ref, cfg, phases, quiet_flags)
                 if standby is not None and device == "cpu":

@@ -32,6 +32,7 @@ from typing import Optional, Protocol
 
 from .build import build_child, child_env
 from .config import Config
+from .cpus import Lender
 from .isolation import Standby, close_all
 from .problems import Problem
 from .records import CompileReply, EvalResult, Status
@@ -161,8 +162,9 @@ def problem_key(p: Problem) -> str:
 _source_lock = threading.Lock()
 
 
-def compile_item(task: CompileTask) -> CompileOutcome:
-    """Build one solution in an isolated child. Items that need no device get their record here."""
+def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileOutcome:
+    """Build one solution in an isolated child. Items that need no device get their record here.
+    `lender`: the build also borrows the timing CPUs while nothing is timed (cpus.Lender)."""
     from .build import extensions_dir, source_file
     from .evaluation import builds_extensions, evaluate
     from .reference import ReferenceSession
@@ -187,7 +189,7 @@ def compile_item(task: CompileTask) -> CompileOutcome:
         ext = extensions_dir(sol.code, task.device, cache)
         # at idle priority, so that a build never slows an evaluation beside it, with its CPU seconds
         reply, failure, log, cpu = build_child(module, ext, task.device, cfg.timeouts.compile_s, task.env,
-                                               idle=True, cpus=task.cpus)
+                                               idle=True, cpus=task.cpus, lender=lender)
         out.cpu_s = cpu
         built_ok = failure is None and reply is not None and reply.ok
         retry = task.retry_import_on_device and (
@@ -230,7 +232,7 @@ class SlotRuntime:
     (sharing.py): their untimed phases overlap, their timing does not."""
 
     def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: Optional[int] = None,
-                 concurrency: int = 1):
+                 concurrency: int = 1, lender=None):
         self.slot, self.size, self.dtype = slot, size, dtype
         self.concurrency = max(1, concurrency)
         self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
@@ -238,13 +240,16 @@ class SlotRuntime:
         # (isolation.Standby) runs GPU work, and timing must stop it like any untimed phase
         shared = self.concurrency > 1 or self.slot.device == "cuda"
         self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu,
-                                                                     stop_untimed=self.slot.stop_untimed)
+                                                                     stop_untimed=self.slot.stop_untimed,
+                                                                     lender=lender)
         self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key
         self._users: Counter = Counter()    # id(session) -> evaluations holding it
         self._doomed: dict[int, object] = {}  # out of `sessions`, closed when the last holder is done
         self.references_started = 0
         self.reruns = 0
         self.standby: Optional[Standby] = None
+        self._starting: set[int] = set()  # sessions being started ahead of their evaluations
+        self._starters: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def _session(self, problem: Problem, cfg: Config):
@@ -307,6 +312,35 @@ class SlotRuntime:
                                        fork=cfg.batch.fork_standbys)
             return self.standby
 
+    def _early_reference(self, key: str, session) -> None:
+        """Start a problem's reference beside the first candidate's start and trials instead of after
+        them: the evaluations that begin a problem (up to a lane each) waited 0.3-0.7 s per
+        solution on average for it in a warm throughput bench on an H100. The candidate still gets
+        memory poisoned by its own process, and every later solution of the problem follows a
+        reference process already, in a batch; the process boundary is what keeps them apart.
+        A failure is left to the evaluation's own start, which reports it."""
+        with self._lock:
+            if session.worker is not None or id(session) in self._starting:
+                return
+            self._starting.add(id(session))
+            self._users[id(session)] += 1  # not closed under the start by the LRU
+
+        def start():
+            try:
+                with self.gate.stoppable() as phase:
+                    session.start(on_worker=phase.add)
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                with self._lock:
+                    self._starting.discard(id(session))
+                self._release(key, session, drop=False)
+
+        t = threading.Thread(target=start, daemon=True, name=f"reference-{self.slot.name}")
+        with self._lock:
+            self._starters = [s for s in self._starters if s.is_alive()] + [t]
+        t.start()
+
     def evaluate(self, task: EvalTask) -> EvalOutcome:
         from .evaluation import evaluate
         from .reference import ReferenceError
@@ -318,6 +352,8 @@ class SlotRuntime:
         standby = self._standby(task.cfg)
         if session.worker is None and session.standby is None:
             session.standby = standby  # its reference starts from there too (isolation.Standby.take)
+        if task.cfg.batch.early_reference and self.slot.device == "cuda":
+            self._early_reference(key, session)
         drop = False
 
         def run():
@@ -371,6 +407,8 @@ class SlotRuntime:
     def close(self) -> None:
         """Every reference and standby process at once: on a GPU each exit takes a context's
         teardown (about 0.3-0.5 s), and one after another they added seconds to a batch's end."""
+        for t in list(self._starters):  # a reference still starting for an evaluation that ended early
+            t.join()
         with self._lock:
             self._doomed.update((id(s), s) for s in self.sessions.values())
             self.sessions.clear()
@@ -386,8 +424,11 @@ class LocalExecutor:
     reference sessions."""
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
-                 max_sessions: Optional[int] = None):
+                 max_sessions: Optional[int] = None, lender: Optional[Lender] = None):
         self.slots = slots
+        # the slots' timing CPUs, lent to builds while nothing is timed (cpus.Lender); local only: a
+        # remote backend's builds run on other hosts
+        self.lender = lender
         self.compile_workers = max(1, compile_workers)
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
         # solutions with nothing to build never wait behind a build: their devices stay fed meanwhile
@@ -395,10 +436,10 @@ class LocalExecutor:
         # twice the lanes: evaluations in a background phase leave theirs to another (batch.SlotState)
         self._slot_pools = {s.name: ThreadPoolExecutor(2 * max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
                             for s in slots}
-        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency) for s in slots}
+        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender) for s in slots}
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
-        return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task)
+        return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task, self.lender)
 
     def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]":
         return self._slot_pools[slot.name].submit(self._runtimes[slot.name].evaluate, task)
@@ -413,6 +454,10 @@ class LocalExecutor:
 
     def references_started(self) -> dict[str, int]:
         return {name: rt.references_started for name, rt in self._runtimes.items()}
+
+    def overdue_phases(self) -> dict[str, int]:
+        """Per slot, candidate phases that gave up their lane for running long (DeviceGate.stoppable)."""
+        return {name: rt.gate.overdue for name, rt in self._runtimes.items()}
 
     def shutdown(self, cancel: bool = False) -> None:
         self._compile_pool.shutdown(wait=not cancel, cancel_futures=cancel)

@@ -39,9 +39,11 @@ from typing import Optional
 
 
 class DeviceGate:
-    def __init__(self, record: bool = False, timing_cpu: Optional[int] = None, stop_untimed: bool = True):
+    def __init__(self, record: bool = False, timing_cpu: Optional[int] = None, stop_untimed: bool = True,
+                 lender=None):
         # the host CPU both sides of a GPU timing run on (cpus.py); None: wherever they are
         self.timing_cpu = timing_cpu
+        self.lender = lender  # a batch's cpus.Lender: builds borrow timing_cpu while nothing is timed
         # False: stoppable phases are shared ones, waited for ([batch] stop_untimed_phases)
         self.stop_untimed = stop_untimed
         self._cv = threading.Condition()
@@ -59,6 +61,7 @@ class DeviceGate:
         self.log: Optional[list[tuple]] = [] if record else None
         self.peak_shared = 0
         self.backgrounded = 0  # evaluations in a phase that needs no lane (background())
+        self.overdue = 0  # stoppable phases that gave up their lane for running long (stoppable())
 
     # -- who is running --------------------------------------------------------------------------
     def register(self, worker) -> None:
@@ -130,9 +133,12 @@ class DeviceGate:
                 self._cv.notify_all()
 
     @contextmanager
-    def stoppable(self):
+    def stoppable(self, frees_lane_after: Optional[float] = None):
         """An untimed phase of work in child processes: `with gate.stoppable() as phase:
-        phase.add(worker)` as soon as the worker exists, before it is sent its work."""
+        phase.add(worker)` as soon as the worker exists, before it is sent its work.
+        `frees_lane_after`: once the phase has run this many seconds it counts as backgrounded
+        (background()), so that a hung or slow candidate waiting out its timeout does not hold one of
+        the slot's lanes meanwhile."""
         if self._mine():
             yield Stoppable(self, -1, tracked=False)
             return
@@ -152,10 +158,13 @@ class DeviceGate:
             mark = self._enter()
         self._add_wait(w0)
         t0 = time.perf_counter()
+        late = _Overdue(self, frees_lane_after) if frees_lane_after else None
         try:
             yield phase
         finally:
             with self._cv:
+                if late is not None:
+                    late.end()
                 self._leave(mark)
                 del self._phases[phase.id]
                 self._note("stoppable", t0, phase.id)
@@ -229,6 +238,30 @@ class DeviceGate:
             self.log.append((kind, t0, time.perf_counter(), detail))
 
 
+class _Overdue:
+    """A stoppable phase's lane, given up once it has run `after` seconds (DeviceGate.stoppable)."""
+
+    def __init__(self, gate: DeviceGate, after: float):
+        self.gate, self.ended, self.counted = gate, False, False
+        self.timer = threading.Timer(after, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _fire(self) -> None:
+        with self.gate._cv:
+            if not self.ended:
+                self.counted = True
+                self.gate.backgrounded += 1
+                self.gate.overdue += 1
+
+    def end(self) -> None:
+        """Under the gate's lock, as the phase ends."""
+        self.timer.cancel()
+        self.ended = True
+        if self.counted:
+            self.gate.backgrounded -= 1
+
+
 class Held:
     """What an exclusive phase stopped: processes, and the stoppable phases they belonged to."""
 
@@ -274,7 +307,7 @@ class SoloGate(DeviceGate):
         yield
 
     @contextmanager
-    def stoppable(self):
+    def stoppable(self, frees_lane_after: Optional[float] = None):
         yield Stoppable(self, -1, tracked=False)
 
     @contextmanager

@@ -367,6 +367,35 @@ def test_an_evaluation_in_the_background_frees_its_lane_up_to_twice_the_lanes():
     assert gate.backgrounded == 0 and not st.free
 
 
+def test_a_candidate_phase_that_runs_long_frees_its_lane():
+    """A candidate's start or trials still running after `frees_lane_after` seconds (a hang waiting
+    out its timeout) counts as backgrounded, so the slot starts another evaluation beside it; a short
+    phase never does, and the count falls back as the long one ends."""
+    import time
+
+    from harness.batch import Item, SlotState
+    from harness.executor import DeviceSlot
+    from harness.sharing import DeviceGate, SoloGate
+    gate = DeviceGate()
+    st = SlotState(DeviceSlot("cuda:0", "cuda", concurrency=1), background=lambda: gate.backgrounded)
+    st.start(Item(0, Path("s0.py"), None, None))
+    with gate.stoppable(frees_lane_after=0.05):
+        assert not st.free  # a phase that ends in time keeps its lane
+    time.sleep(0.1)
+    assert gate.backgrounded == 0 and gate.overdue == 0
+    with gate.stoppable(frees_lane_after=0.05):
+        time.sleep(0.3)
+        assert gate.backgrounded == 1 and st.free
+        st.start(Item(1, Path("s1.py"), None, None))
+        assert not st.free
+    assert gate.backgrounded == 0 and gate.overdue == 1
+    with gate.stoppable():  # without it: never
+        time.sleep(0.1)
+        assert gate.backgrounded == 0
+    with SoloGate().stoppable(frees_lane_after=0.01):  # one evaluation at a time: nothing to free
+        pass
+
+
 def test_gpu_slots_pin_each_gpu(monkeypatch):
     """Without a GPU here: the slots a two-GPU machine would get, each child pinned to its GPU, and one
     arch list for builds and evaluations."""

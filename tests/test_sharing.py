@@ -458,6 +458,99 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
     assert SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=4), "full", None, concurrency=4).max_sessions == 5
 
 
+@pytest.mark.parametrize("children_lists", [True, False], ids=["children-lists", "proc-scan"])
+def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, children_lists):
+    """cpus.Lender: a build's every process and thread runs on the background CPUs and the timing CPU
+    while no timing phase holds it; a timing phase (pinned with the lender) moves them all off it
+    first, a process forked meanwhile inherits that, and they get it back after. The gate of a batch's
+    slot carries the lender to the timing phase. Both ways of finding a build's processes: the
+    kernel's children lists, and a scan of /proc where it has none."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import cpus
+    from harness.executor import DeviceSlot, SlotRuntime
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    if children_lists and not cpus._children_lists(os.getpid()):
+        pytest.skip("this kernel has no /proc/PID/task/TID/children")
+    monkeypatch.setattr(cpus, "_children_lists", lambda pid: children_lists)
+    timing_cpu, background = allowed[-1], set(allowed[:-1])
+    assert cpus.Lender.plan([timing_cpu], None) is None  # nothing reserved: nothing to lend
+    assert cpus.Lender.plan([None], background) is None
+    smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731
+    planned = cpus.Lender.plan([15, 14], set(range(16)) - {6, 7, 14, 15}, smt)
+    assert planned.timing == {15: {7, 15}, 14: {6, 14}} and planned.mask() == set(range(16))
+    with planned.reclaimed(15):
+        assert planned.mask() == set(range(16)) - {7, 15}
+        with planned.reclaimed(14), planned.reclaimed(15):
+            assert planned.mask() == set(range(16)) - {6, 7, 14, 15}
+        assert planned.mask() == set(range(16)) - {7, 15}  # the outer phase still holds it
+    assert planned.mask() == set(range(16))
+
+    # a build child with a thread and a grandchild, and a pipe to fork another on demand
+    code = ("import os, subprocess, sys, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])]\n"
+            "print(kids[0].pid, flush=True)\n"
+            "for line in sys.stdin:\n"
+            "    kids.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']))\n"
+            "    print(kids[-1].pid, flush=True)\n")
+    build = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    timed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lender = cpus.Lender(background, {timing_cpu: {timing_cpu}})
+
+    def masks(*roots):
+        kids = cpus._children_by_parent()
+        out, stack = {}, list(roots)
+        while stack:
+            p = stack.pop()
+            for t in os.listdir(f"/proc/{p}/task"):
+                out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
+            stack.extend(kids.get(p, ()))
+        return out
+
+    spawned = []
+    try:
+        grandchild = int(build.stdout.readline())
+        spawned.append(grandchild)
+        cpus.restrict(build.pid, background)
+        lender.track(build.pid)
+        seen = masks(build.pid)
+        assert grandchild in seen and len(seen) >= 3  # the child's threads and the grandchild
+        assert set(seen.values()) == {frozenset(allowed)}
+        gate = SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, timing_cpu=timing_cpu), "full", None,
+                           lender=lender).gate
+        assert gate.lender is lender
+        with cpus.pinned([timed.pid], gate.timing_cpu, gate.lender):
+            assert os.sched_getaffinity(timed.pid) == {timing_cpu}
+            assert set(masks(build.pid).values()) == {frozenset(background)}
+            build.stdin.write("fork\n")
+            build.stdin.flush()
+            late = int(build.stdout.readline())
+            spawned.append(late)
+            assert os.sched_getaffinity(late) == background  # inherited
+            lender.track(build.pid)  # a build starting meanwhile gets the same
+            assert set(masks(build.pid).values()) == {frozenset(background)}
+        after = masks(build.pid)
+        assert late in after and set(after.values()) == {frozenset(allowed)}
+        lender.untrack(build.pid)
+        with lender.reclaimed(timing_cpu):  # an ended build is left alone
+            assert set(masks(build.pid).values()) == {frozenset(allowed)}
+        assert lender.moves == 4
+    finally:
+        for pid in spawned:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        for p in (build, timed):
+            p.kill()
+            p.wait()
+
+
 def test_a_reference_started_once_is_counted_once(monkeypatch):
     """Evaluations of one problem that start together on a slot share one reference process, and
     the slot counts one start (it counted every evaluation that waited on it: 12-15 "starts" for 3
@@ -492,6 +585,66 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
     assert all(o.record.status == Status.passed for o in outs)
     assert [(o.error, o.reference_dropped) for o in outs] == [(None, None)] * 3
     assert spawned == ["relu_add"] and rt.references_started == 1
+    rt.close()
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monkeypatch, early):
+    """[batch] early_reference: the reference starts (once, in a stoppable phase of the slot's gate)
+    as the problem's first evaluations begin, while their candidates start; they find it started or
+    wait for it. Off: it starts when the first evaluation asks. A start that fails early is left to
+    the evaluation's own start, which reports the problem's failure."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    import harness.evaluation as ev
+    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.records import EvalResult, Status
+    from harness.reference import ReferenceError, ReferenceSession
+
+    began, asked, fail = [], [], []
+
+    def fake_start(self, on_worker=None):
+        if self.worker is None:
+            began.append((time.perf_counter(), threading.current_thread().name))
+            time.sleep(0.3)
+            if fail:
+                raise ReferenceError("problem relu_add failed to load: boom")
+            self.worker, self.trials = SimpleNamespace(returncode=None, out_of_step=False), []
+
+    def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
+        time.sleep(0.2)  # the candidate's start and trials
+        asked.append(time.perf_counter())
+        reference.start()
+        return EvalResult(problem=problem.name, solution=solution, status=Status.passed)
+
+    monkeypatch.setattr(ReferenceSession, "_start", fake_start)
+    monkeypatch.setattr(ReferenceSession, "close", lambda self: setattr(self, "worker", None))
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "batch.early_reference": early})
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    rt = SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=3), "small", None, None, 3)
+    rt.gate.log = []
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(3) as pool:
+        outs = list(pool.map(rt.evaluate, [EvalTask(i, f"s{i}", prob, None, cfg, None) for i in range(3)]))
+    assert all(o.record.status == Status.passed for o in outs) and rt.references_started == 1
+    assert len(began) == 1
+    if early:
+        assert began[0][1] == "reference-cuda:0" and began[0][0] - t0 < 0.1 < min(asked) - t0
+        assert max(o.busy_s for o in outs) < 0.45  # 0.3 s of start under 0.2 s of candidate, not after it
+        assert sum(k == "stoppable" for k, *_ in rt.gate.log) == 1
+    else:
+        assert began[0][0] >= min(asked) and max(o.busy_s for o in outs) >= 0.5
+    rt.close()
+
+    fail.append(True)
+    rt = SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=1), "small", None, None, 1)
+    out = rt.evaluate(EvalTask(0, "s0", prob, None, cfg, None))
+    assert out.problem_failed and "boom" in out.error and out.reference_dropped == "it failed"
+    assert len(began) == (3 if early else 2)  # tried early, then by the evaluation, which reports it
     rt.close()
 
 
