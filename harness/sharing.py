@@ -35,12 +35,15 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .cpus import Lender
 
 
 class DeviceGate:
     def __init__(self, record: bool = False, timing_cpu: Optional[int] = None, stop_untimed: bool = True,
-                 lender=None):
+                 lender: Optional["Lender"] = None):
         # the host CPU both sides of a GPU timing run on (cpus.py); None: wherever they are
         self.timing_cpu = timing_cpu
         self.lender = lender  # a batch's cpus.Lender: builds borrow timing_cpu while nothing is timed
