@@ -103,21 +103,25 @@ def _gpu_hold(torch):
 def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
     """Per output tensor: [numel, sum, abs-sum, L2 norm, a random +-1 projection, k, k values at
     positions]; the signs and positions come from the call's seed, so a stale or cached output cannot
-    match the reference's fingerprint for these inputs."""
+    match the reference's fingerprint for these inputs. Both are drawn on the output's device and the
+    whole is read back in one copy: positions drawn on the host and copied in, then two reads, cost
+    about 0.4 ms of every timed call on an H100 (bench/diag/time_request.py)."""
     tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
     fp: list[float] = []
-    rng = random.Random(seed)
     for t in tensors:
         flat = t.detach().reshape(-1)
         n = flat.numel()
+        if not n:
+            fp += [0.0] * 6
+            continue
         k = min(npos, n)
         d = flat.double()
         gen = torch.Generator(device=flat.device).manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
         signs = torch.randint(0, 2, (n,), generator=gen, device=flat.device, dtype=torch.int8)
+        pos = torch.randint(0, n, (k,), generator=gen, device=flat.device)
         proj = torch.where(signs.bool(), d, -d).sum()
-        pos = torch.tensor([rng.randrange(n) for _ in range(k)], dtype=torch.long, device=flat.device)
-        head = torch.stack([d.sum(), d.abs().sum(), d.norm(), proj]) if n else torch.zeros(4, dtype=torch.float64)
-        fp += [float(n)] + head.cpu().tolist() + [float(k)] + (d[pos].cpu().tolist() if k else [])
+        vals = torch.cat([torch.stack([d.sum(), d.abs().sum(), d.norm(), proj]), d[pos]]).cpu().tolist()
+        fp += [float(n)] + vals[:4] + [float(k)] + vals[4:]
     return fp
 
 
@@ -328,7 +332,11 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     fps: list[list[float]] = []
     flags: list[str] = []
     flush = reset_l2 = None
-    clock = GpuMonitor() if cuda else None
+    clock = None
+    if cuda:  # one NVML handle per process: opening one (init, the max-clock query) took 1-2 ms a request
+        if "monitor" not in runner.cache:
+            runner.cache["monitor"] = GpuMonitor()
+        clock = runner.cache["monitor"]
     if not _PINNED:  # the reference's process: no solution code in it, pinning now is as good
         pin(torch)
     P = _PINNED
@@ -346,7 +354,9 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         else:
             sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
             flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
-        reset_l2 = runner.cache.setdefault("reset_l2", _persisting_l2_reset())
+        if "reset_l2" not in runner.cache:  # looked up once: finding the library takes ~3 ms
+            runner.cache["reset_l2"] = _persisting_l2_reset()
+        reset_l2 = runner.cache["reset_l2"]
     if cuda and hold_us > 0 and P.get("hold") is None and not P.get("hold_rechecked"):
         # the check at pin() ran beside other contexts' work (a standby primed, or a candidate
         # started, while other evaluations ran): time-slicing lets the side stream's kernel in while

@@ -233,7 +233,11 @@ class Runner:
         from .problems import apply_sizes
         apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
         with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
-            torch.manual_seed(seed)
+            # the generators get_inputs draws from: the CPU's and this GPU's (torch.manual_seed also
+            # seeds XPU and MTIA, each a lazy call that formats the stack: 0.5 ms of every timed call)
+            torch.default_generator.manual_seed(seed)
+            if self.device == "cuda":
+                torch.cuda.manual_seed(seed)
             # Generating on the device gives fresh values in fresh buffers at GPU speed.
             with torch.device(self.device):
                 inputs = list(self.problem.get_inputs())

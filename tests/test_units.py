@@ -64,6 +64,33 @@ def test_fingerprint_matches_honest_and_catches_stale():
     assert not fingerprints_match(_fp(torch.zeros_like(ref), 7), _fp(ref, 7), FP32)
 
 
+def test_fingerprint_positions_follow_the_seed():
+    """The sampled positions come from the call's seed (drawn on the output's device): the same seed
+    reads the same elements, another seed others, so an answer cached for one call does not match
+    the next call's fingerprint even where sums happen to agree."""
+    out = torch.arange(4096, dtype=torch.float32)
+    a, b, c = _fp(out, 11), _fp(out, 11), _fp(out, 12)
+    assert a == b and a[:4] == c[:4]  # numel, sum, abs-sum, L2 norm: seed-free
+    assert a[6:] != c[6:] and len(a[6:]) == 16 and all(0 <= v < 4096 for v in a[6:])
+    assert _fp(torch.empty(0), 3) == [0.0] * 6
+
+
+def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
+    from harness.worker import Runner
+    setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
+             "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    runner = Runner(setup)
+    torch.manual_seed(99)
+    state = torch.get_rng_state()
+    x1, x2, y = runner.make_inputs(5), runner.make_inputs(5), runner.make_inputs(6)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(x1, x2))
+    assert not torch.equal(x1[0], y[0])
+    torch.manual_seed(5)  # the values torch.manual_seed's own stream gives: a reference's trial inputs
+    with torch.device("cpu"):  # are the same whichever way the generators were seeded
+        assert torch.equal(runner.problem.get_inputs()[0], x1[0])
+
+
 def _measure(cand_rounds, ref_rounds, cand_t, ref_t, cand_host=None, ref_host=None):
     quiet = lambda rs: [r if len(r) == 4 else (*r, True) for r in rs]  # noqa: E731
     return Measurement(cand=Side(times=cand_t, host=cand_host or [t + 0.01 for t in cand_t], rounds=quiet(cand_rounds)),
