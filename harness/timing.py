@@ -103,9 +103,13 @@ def _gpu_hold(torch):
 def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
     """Per output tensor: [numel, sum, abs-sum, L2 norm, a random +-1 projection, k, k values at
     positions]; the signs and positions come from the call's seed, so a stale or cached output cannot
-    match the reference's fingerprint for these inputs. Both are drawn on the output's device and the
-    whole is read back in one copy: positions drawn on the host and copied in, then two reads, cost
-    about 0.4 ms of every timed call on an H100 (bench/diag/time_request.py)."""
+    match the reference's fingerprint for these inputs. Every call of a timing round pays for it,
+    outside the interval: the signs and positions are drawn on the output's device, the sums read
+    the output itself (accumulating in float64) rather than a float64 copy, and everything comes back
+    in one copy (positions drawn on the host and copied in, a float64 copy, torch.where and two reads
+    back cost about 0.4 ms more per call on an H100, bench/diag/time_request.py, and twice the time
+    on a CPU at a million elements)."""
+    f64 = torch.float64
     tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
     fp: list[float] = []
     for t in tensors:
@@ -115,12 +119,17 @@ def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
             fp += [0.0] * 6
             continue
         k = min(npos, n)
-        d = flat.double()
+        # the common float types are reduced as they are; others (integers, bool, float8, which has
+        # next to no arithmetic) through a float64 copy
+        d = flat if flat.dtype in (f64, torch.float32, torch.float16, torch.bfloat16) else flat.double()
         gen = torch.Generator(device=flat.device).manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
         signs = torch.randint(0, 2, (n,), generator=gen, device=flat.device, dtype=torch.int8)
         pos = torch.randint(0, n, (k,), generator=gen, device=flat.device)
-        proj = torch.where(signs.bool(), d, -d).sum()
-        vals = torch.cat([torch.stack([d.sum(), d.abs().sum(), d.norm(), proj]), d[pos]]).cpu().tolist()
+        total = d.sum(dtype=f64)
+        proj = 2 * (d * signs).sum(dtype=f64) - total  # sum of s * d over s = +-1; d * signs is exact
+        head = torch.stack([total, torch.linalg.vector_norm(d, 1, dtype=f64),
+                            torch.linalg.vector_norm(d, 2, dtype=f64), proj])
+        vals = torch.cat([head, d[pos].to(f64)]).cpu().tolist()
         fp += [float(n)] + vals[:4] + [float(k)] + vals[4:]
     return fp
 
