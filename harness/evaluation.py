@@ -345,20 +345,36 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if m.mismatched_calls:
             raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
                           "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
-        first, second = {}, {}  # what the checks compared: kept in the record of a flagged run
+        first: dict = {}  # what the checks compared: kept in the record of a flagged run
         cheats = clock_checks(m, cfg, device == "cuda", first)
-        if cheats:  # confirm on a second measurement: a cheat is flagged every time, noise is not
+        seen, measurements = list(cheats), 1
+        if cheats:
             res.timing_method["clock_check"] = first
+        while cheats and measurements <= cfg.hardening.clock_check_confirmations:
+            # measured again: a cheat is flagged every time, noise is not. Only a measurement that no
+            # check flags is reported, and its outputs are held to the same test as the first's (one
+            # that hid its time once and returned stale outputs the next would otherwise pass)
+            again: dict = {}
             m2 = timed()
-            cheats = [f for f in clock_checks(m2, cfg, device == "cuda", second) if f in cheats] if not m2.error else cheats
-            res.timing_method["clock_check_confirm"] = second
-            if not cheats and not m2.mismatched_calls and len(m2.cand.times) >= 2:
+            measurements += 1
+            if m2.error:
+                break
+            if m2.mismatched_calls:
+                raise Failure(Status.incorrect, f"{m2.mismatched_calls} timed call(s) returned outputs that do not "
+                              "match the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
+            cheats = clock_checks(m2, cfg, device == "cuda", again) or (
+                [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
+            seen += [f for f in cheats if f not in seen]
+            res.timing_method["clock_check_confirm"] = again
+            if not cheats:
                 m = m2
                 adopt(m)
                 res.timing_method["remeasured_after_clock_flag"] = True
+        if measurements > 1:
+            res.timing_method["clock_check_measurements"] = measurements
         if cheats:
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
-                          + ", ".join(cheats), cheats)
+                          + ", ".join(seen), seen)
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
             _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None

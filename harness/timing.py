@@ -863,7 +863,8 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     Contention on a busy host (compilers running beside the evaluation) only ever adds time, and
     adds it at random; a cheat's hidden time is there in every call. So both tests compare low
     quantiles (the quietest calls and rounds), which contention rarely reaches and a cheat always
-    does; a flag is then confirmed by a second measurement before it becomes a verdict. `detail`, when
+    does; a flag is then confirmed by further measurements before it becomes a verdict
+    (hardening.clock_check_confirmations, evaluation.py). `detail`, when
     given, receives the numbers each test compared (ms per call), for the record of a flagged run."""
     flags = []
     if len(m.cand.times) < 2 or len(m.ref.times) < 2:

@@ -29,3 +29,37 @@ def test_every_status_is_pinned():
     from harness.records import Status
     pinned = {read_expectation(p).status for p in CPU_FIXTURES}
     assert pinned == {s.value for s in Status}, f"statuses without a CPU fixture: {set(s.value for s in Status) - pinned}"
+
+
+@pytest.mark.parametrize("flags_seen,confirmations,status,measurements", [
+    ([["timer_mismatch"], ["timer_mismatch"], []], 2, "passed", 3),   # noise twice, then a clean one
+    ([["timer_mismatch"], ["timer_mismatch"], []], 1, "rejected", 2),  # fewer confirmations allowed
+    ([["timer_mismatch"]] * 3, 2, "rejected", 3),                       # flagged every time: a cheat
+    ([["unsynced_stream"], ["timer_mismatch"], ["timer_mismatch"]], 2, "rejected", 3),  # no clean one
+])
+def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(monkeypatch, flags_seen, confirmations,
+                                                                              status, measurements):
+    """A host-clock flag is confirmed on further measurements (hardening.clock_check_confirmations),
+    and the record reports the first one no check flags; a run flagged in every measurement is
+    rejected with every flag seen. What the checks say is scripted here, the evaluation is real."""
+    from conftest import ROOT, make_config
+
+    from harness import evaluation
+    seq = list(flags_seen)
+    calls = []
+
+    def scripted(m, cfg, cuda, detail=None):
+        calls.append(len(m.cand.times))
+        return list(seq.pop(0)) if seq else []
+
+    monkeypatch.setattr(evaluation, "clock_checks", scripted)
+    cfg = make_config(device="cpu", **{"hardening.clock_check_confirmations": confirmations})
+    r = evaluation.evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py", cfg)
+    assert r.status.value == status, (r.error, r.flags)
+    assert len(calls) == measurements and all(n >= 2 for n in calls)
+    assert r.timing_method.get("clock_check_measurements") == measurements
+    if status == "passed":
+        assert r.timing_method["remeasured_after_clock_flag"] and r.speedup
+    else:
+        seen = sorted({f for fl in flags_seen[:measurements] for f in fl})
+        assert sorted(f for f in r.flags if f in ("timer_mismatch", "unsynced_stream")) == seen
