@@ -305,6 +305,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             "throttle_ratio": cfg.timing.throttle_ratio, "throttled_samples_dropped": m.throttled,
             "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
             "host_contended_rounds": m.contended_rounds,
+            **({"host_cpus": m.host_cpus, "host_steal_ms": m.host_steal_ms} if device == "cpu" else {}),
             # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's
             # launching alone (enqueue), and hold, flush and forward launched (launch)
             **{f"{side}_{what}_ms_median": getattr(m, side).median(what)

@@ -13,6 +13,7 @@ reference's for the same seed, and the reported device times are checked against
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import time
@@ -242,6 +243,33 @@ def runqueue_wait_ns(worker) -> Optional[int]:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def last_cpu(worker) -> Optional[int]:
+    """The CPU the worker's main thread last ran on (/proc/PID/stat, field 39), read by the parent."""
+    proc = getattr(worker, "proc", None)
+    if proc is None:
+        return None
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steal_jiffies() -> dict[int, int]:
+    """Per CPU, the time the hypervisor ran something else while this CPU's work waited (/proc/stat's
+    steal column, in clock ticks): invisible to the run-queue wait of schedstat."""
+    out: dict[int, int] = {}
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *vals = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and len(vals) >= 8:
+                    out[int(name[3:])] = int(vals[7])
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
@@ -631,6 +659,10 @@ class Measurement:
     gpu_rounds: list[dict] = field(default_factory=list)
     retaken: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    # CPU path: which host CPUs each side's main thread was found on after its requests, and the
+    # hypervisor's steal per CPU over the measurement (ms), for the record of the host's conditions
+    host_cpus: dict = field(default_factory=dict)
+    host_steal_ms: dict = field(default_factory=dict)
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
@@ -663,6 +695,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     snap = mon.snapshot if mon is not None else (lambda: None)
     # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
     rq = runqueue_wait_ns if cuda else (lambda w: None)
+    steal0 = {} if cuda else steal_jiffies()
+
+    def where(side: str, w) -> None:  # the CPU path's host conditions; a GPU's sides are pinned
+        cpu = None if cuda else last_cpu(w)
+        if cpu is not None:
+            seen = m.host_cpus.setdefault(side, {})
+            seen[cpu] = seen.get(cpu, 0) + 1
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
@@ -682,6 +721,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                       hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
+        where("candidate", cand)
         s1, q1 = snap(), rq(cand)
         if warm and m.cuda_graph and (not c_reply.ok or "cuda_graph_unavailable" in c_reply.flags):
             # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
@@ -698,6 +738,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         try:
             p0 = rq(ref)
             r_reply, r_wall = ref.request(cmd, ref_timeout)
+            where("reference", ref)
             s2, p1 = snap(), rq(ref)
             if with_compiled:
                 k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
@@ -794,6 +835,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
             break
     m.seconds = time.perf_counter() - t_start
+    if steal0:
+        tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+        m.host_steal_ms = {c: round((v - steal0.get(c, v)) * tick_ms, 1) for c, v in steal_jiffies().items()}
     return m
 
 

@@ -60,6 +60,9 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
     assert r.timing_method.get("clock_check_measurements") == measurements
     if status == "passed":
         assert r.timing_method["remeasured_after_clock_flag"] and r.speedup
+        # the CPU path records where each side ran and the hypervisor's steal over the measurement
+        assert set(r.timing_method["host_cpus"]) == {"candidate", "reference"}
+        assert isinstance(r.timing_method["host_steal_ms"], dict)
     else:
         seen = sorted({f for fl in flags_seen[:measurements] for f in fl})
         assert sorted(f for f in r.flags if f in ("timer_mismatch", "unsynced_stream")) == seen
