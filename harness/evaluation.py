@@ -344,8 +344,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         elif m.compile_error:
             res.timing_method["compile_baseline_error"] = m.compile_error[:500]
         if m.mismatched_calls:
-            raise Failure(Status.incorrect, f"{m.mismatched_calls} timed call(s) returned outputs that do not match "
-                          "the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
+            raise _stale_outputs(m.mismatched_calls)
         first: dict = {}  # what the checks compared: kept in the record of a flagged run
         cheats = clock_checks(m, cfg, device == "cuda", first)
         seen, measurements = list(cheats), 1
@@ -361,8 +360,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             if m2.error:
                 break
             if m2.mismatched_calls:
-                raise Failure(Status.incorrect, f"{m2.mismatched_calls} timed call(s) returned outputs that do not "
-                              "match the reference for their inputs (cached or stale results?)", ["timed_output_mismatch"])
+                raise _stale_outputs(m2.mismatched_calls)
             cheats = clock_checks(m2, cfg, device == "cuda", again) or (
                 [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
             seen += [f for f in cheats if f not in seen]
@@ -406,6 +404,11 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if own_ref:
             ref.close()
     return _finish(res, phases, t_start, None)
+
+
+def _stale_outputs(calls: int) -> Failure:
+    return Failure(Status.incorrect, f"{calls} timed call(s) returned outputs that do not match the reference "
+                   "for their inputs (cached or stale results?)", ["timed_output_mismatch"])
 
 
 def _recheck_excessive(res: EvalResult, cand: Worker, ref: ReferenceSession, tol: Tolerance, cfg: Config) -> None:
