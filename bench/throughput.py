@@ -335,10 +335,13 @@ def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, 
     batch = "[batch]\n" + (f"concurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
     batch += "".join(f"{k} = {v}\n" for k, v in (batch_set or {}).items() if "." not in k)
     # SECTION.KEY: a setting of another section, e.g. correctness.kernel_list='"profiler"'
-    other = "".join(f"[{k.split('.')[0]}]\n{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items() if "." in k)
+    # (a [timing] one joins the table written here: TOML has no second [timing])
+    other = "".join(f"[{k.split('.')[0]}]\n{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items()
+                    if "." in k and not k.startswith("timing."))
+    timing = "".join(f"{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items() if k.startswith("timing."))
     path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
                     "problem_s = 300\n[timing]\n"
-                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + batch + other)
+                    f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + timing + batch + other)
 
 
 def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:

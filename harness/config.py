@@ -117,6 +117,18 @@ class Timing(BaseModel):
     # at 64K and 1M floats (1.3-1.4 us at 16 kernels, against 0.01 us for one kernel's span);
     # bench/diag/chain_bias.py, span_parts.py. 0: a forward counts as one kernel.
     process_bias_per_launch_us: float = 0.09
+    # GPU: more calls do not shrink that offset, more processes do. A side whose offset (sd, the
+    # three above for its launches, less the spans' tick) is over `processes_above_rel` of its median
+    # is timed in `processes` processes: its first, plus fresh ones that load the solution (or Model)
+    # and are each measured, clock-checked and fingerprint-checked against a reference process on
+    # their own, with all their kept calls pooled. 5 runs spread about 2.3 sd: over 0.35% leaves too
+    # little of the 1% that a repeat should stay within. relu(x + y) on 4M floats (24 us by spans,
+    # two launches: 0.375%) spread 1.35-1.84% over 5 single-process runs (H100, H200); a forward of
+    # one kernel timed by spans, or of two by events from ~0.1 ms, stays at one. "always": every
+    # side, on any device (the CPU's processes differ too); "never": one each.
+    processes: int = Field(4, ge=1)
+    processes_when: Literal["auto", "always", "never"] = "auto"
+    processes_above_rel: float = 0.0035
 
 
 class Hardening(BaseModel):

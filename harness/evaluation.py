@@ -15,6 +15,7 @@ The parent never imports solution code and never touches a CUDA context a soluti
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import random
 import secrets
 import statistics
@@ -33,8 +34,8 @@ from .reference import ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import (clock_checks, gpu_summary, measure, process_bias_us, ratio_ci, span_choice, summarize,
-                     widen_for_process_bias)
+from .timing import (clock_checks, gpu_summary, measure, pooled, process_bias_us, processes_for, ratio_ci,
+                     span_choice, summarize, warm_up, widen_for_process_bias)
 
 
 class Failure(Exception):
@@ -69,10 +70,16 @@ def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
     return tol
 
 
-def _ask(worker: Worker, cmd: Command, timeout: float, what: str):
-    """One command to the candidate; every way it can go wrong becomes a verdict."""
+def _ask(worker: Worker, cmd: Optional[Command], timeout: float, what: str, op: Optional[str] = None,
+         t0: Optional[float] = None):
+    """One command to the candidate; every way it can go wrong becomes a verdict. cmd None: its
+    reply to the `op` sent at `t0` (Worker.send) is read."""
     try:
-        reply, wall = worker.request(cmd, timeout)
+        if cmd is not None:
+            reply, wall = worker.request(cmd, timeout)
+        else:
+            reply = worker.wait_reply(op, timeout, t0=t0)
+            wall = time.perf_counter() - t0
     except WorkerTimeout:
         worker.kill()
         raise Failure(Status.timeout, f"{what} did not finish within {timeout:g} s; the process group was killed",
@@ -155,6 +162,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ref = reference or ReferenceSession(prob, cfg, device, size, dtype, env_extra=env_extra)
     tol = tolerance_for(cfg, dtype, ref.meta)
     cand: Optional[Worker] = None
+    more: list[Worker] = []  # the candidate's further processes, where it is timed in several
     try:
         # 2. build, isolated, with a timeout
         t0 = time.perf_counter()
@@ -191,6 +199,29 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 gate.register(cand)
                 _wait_load(cand, cfg.timeouts.load_s)
                 _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
+
+        def start_more_candidates(n: int, spans: bool) -> list[Worker]:
+            """`n` more processes of the candidate, for timing only (timing.processes_for): each
+            imports the solution and builds ModelNew from the same seed; every timed call's output is
+            checked against the reference's, as the first process's are."""
+            with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+                for _ in range(n):
+                    if standby:
+                        more.append(standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add))
+                    else:
+                        more.append(Worker(setup, env=env))
+                        phase.add(more[-1])
+                gate.register(cand, *more)
+                for w in more:
+                    _wait_load(w, cfg.timeouts.load_s)
+                # each step sent to every process, then their replies read: they work at once
+                sent = [(w, w.send(Command(op="build", init_seed=ref.plan.init_seed))) for w in more]
+                for w, t0 in sent:
+                    _ask(w, None, cfg.timeouts.load_s, "building ModelNew in a further process", op="build", t0=t0)
+                sent = [(w, w.send(warm_up(cfg.timing, ref.rng, spans))) for w in more]
+                for w, t0 in sent:
+                    _ask(w, None, cfg.timeouts.run_s, "the first timing request of a further process", op="time", t0=t0)
+            return list(more)
 
         start_candidate()
         phases.load_s = clock() - t0
@@ -248,48 +279,129 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         settled = 0.0  # waiting for standbys to finish starting: not timing
         quiet_flags: list[str] = []
 
-        def timed():
+        def timed(c: Worker, r: Worker, compiled: bool):
             nonlocal settled
-            # nothing else on this device or beside it while either side is timed, and on a GPU both
-            # sides on the same host CPU (cpus.py)
-            with gate.exclusive(keep=(cand, ref.worker)) as held, cpus.pinned(
-                    [cand.pid, ref.worker.pid], gate.timing_cpu if device == "cuda" else None, gate.lender):
+            # nothing else on this device or beside it while either side is timed (this evaluation's
+            # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
+            with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
+                    [c.pid, r.pid], gate.timing_cpu if device == "cuda" else None, gate.lender):
                 if held.preempted and device == "cuda":
-                    _quiet(ref, cfg, phases, quiet_flags)
+                    _quiet(r, cfg, phases, quiet_flags)
                 if standby is not None and device == "cpu":
                     # timed CPU rounds would share cores and memory bandwidth with the next candidate's
                     # start-up (begun in step 3); on a GPU it goes on, off the device's critical path
                     s0 = time.perf_counter()
                     standby.settle(cfg.timeouts.load_s)
                     settled += time.perf_counter() - s0
-                return measure(cand, ref.worker, tcfg, ref.rng, cuda=device == "cuda", tol=tol,
-                               timeout=cfg.timeouts.run_s, ref_timeout=cfg.timeouts.problem_s, gpu=gpu)
+                return measure(c, r, tcfg, ref.rng, cuda=device == "cuda", tol=tol, timeout=cfg.timeouts.run_s,
+                               ref_timeout=cfg.timeouts.problem_s, gpu=gpu, compiled=compiled)
 
-        try:
-            m = timed()
-            if m.restart_candidate:
+        def checked(c: Worker, r: Worker, pair: int):
+            """One process pair measured and held to every check on its own: outputs by fingerprint,
+            device times against host clocks, a flagged measurement taken again. Returns the
+            measurement reported for the pair and what its checks compared, if any flagged."""
+            nonlocal tcfg, cand
+            note: dict = {}
+
+            def once():
+                try:
+                    return timed(c, r, pair == 0)
+                except WorkerTimeout:
+                    c.kill()
+                    raise Failure(Status.timeout, f"a timing round did not finish within {cfg.timeouts.run_s:g} s") from None
+                except WorkerDied as e:
+                    raise Failure(Status.runtime_error, "the solution's process died while being timed: "
+                                  f"{describe_exit(e.returncode)}", log=c.log_tail()) from None
+                except WorkerProtocolError as e:
+                    raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
+
+            m = once()
+            if m.restart_candidate and pair == 0:
                 # A capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch
                 # half in capture mode in that process: RNG offsets, allocator pool, current stream.
                 # Both sides are timed eagerly instead, the candidate in a fresh process.
                 cand.kill()
                 start_candidate()
+                c = cand
                 tcfg = cfg.model_copy(deep=True)
                 tcfg.timing.cuda_graph = False
-                m = timed()
+                m = once()
                 m.flags.append("cuda_graph_unavailable")
-        except WorkerTimeout:
-            cand.kill()
-            raise Failure(Status.timeout, f"a timing round did not finish within {cfg.timeouts.run_s:g} s") from None
-        except WorkerDied as e:
-            raise Failure(Status.runtime_error, f"the solution's process died while being timed: {describe_exit(e.returncode)}",
-                          log=cand.log_tail()) from None
-        except WorkerProtocolError as e:
-            raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
-        phases.timing_s = clock() - t0 - settled
-        if m.error:
-            raise Failure(Status.runtime_error, f"while timing: {m.error}", log=cand.log_tail())
-        if "malformed_report" in m.flags:
-            raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
+            if m.error or m.restart_candidate:
+                raise Failure(Status.runtime_error, f"while timing: {m.error or 'a CUDA graph capture failed'}",
+                              log=c.log_tail())
+            if "malformed_report" in m.flags:
+                raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
+            if len(m.cand.times) < 2 or len(m.ref.times) < 2:
+                raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
+            if m.mismatched_calls:
+                raise _stale_outputs(m.mismatched_calls)
+            first: dict = {}  # what the checks compared: kept in the record of a flagged run
+            cheats = clock_checks(m, cfg, device == "cuda", first)
+            seen, measurements = list(cheats), 1
+            if cheats:
+                note["clock_check"] = first
+            while cheats and measurements <= cfg.hardening.clock_check_confirmations:
+                # measured again: a cheat is flagged every time, noise is not. Only a measurement that
+                # no check flags is reported, and its outputs are held to the same test as the first's
+                # (one that hid its time once and returned stale outputs the next would otherwise pass)
+                again: dict = {}
+                m2 = once()
+                measurements += 1
+                if m2.error:
+                    break
+                if m2.mismatched_calls:
+                    raise _stale_outputs(m2.mismatched_calls)
+                cheats = clock_checks(m2, cfg, device == "cuda", again) or (
+                    [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
+                seen += [f for f in cheats if f not in seen]
+                note["clock_check_confirm"] = again
+                if not cheats:
+                    m = m2
+                    note["remeasured_after_clock_flag"] = True
+            if measurements > 1:
+                note["clock_check_measurements"] = measurements
+            if cheats:
+                res.timing_method.update(_check_notes({pair: note}))
+                raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
+                              + ", ".join(seen), seen, log=c.log_tail())
+            return m, note
+
+        m, note = checked(cand, ref.worker, 0)
+        pair_notes = {0: note} if note else {}
+        # a short forward of several launches: each side whose process offset is a sizeable share of
+        # its median is timed in further processes too (timing.processes_for), each pair measured
+        # and checked on its own, all kept calls pooled
+        spans1, _ = span_choice(m, cfg.timing)
+        n_proc = {side: processes_for(cfg.timing, device == "cuda", spans1, s.launch_count(),
+                                      statistics.median(s.timed(spans1)) if s.timed(spans1) else None)
+                  for side, s in (("candidate", m.cand), ("reference", m.ref))}
+        measured, procs_error = [m], None
+        if max(n_proc.values()) > 1:
+            phases.timing_s = clock() - t0 - settled
+            t1 = clock()
+            procs_c, procs_r = [cand], [ref.worker]
+            if n_proc["candidate"] > 1:
+                procs_c += start_more_candidates(n_proc["candidate"] - 1, spans1)
+            if n_proc["reference"] > 1:
+                try:
+                    with gate.stoppable() as phase:
+                        procs_r += ref.more_workers(n_proc["reference"] - 1, on_worker=phase.add, spans=spans1)
+                except Exception as e:  # noqa: BLE001 - the problem's fault, not the solution's: fewer
+                    n_proc["reference"] = 1
+                    procs_error = str(e)[:300]
+            phases.processes_s = clock() - t1
+            t0 = clock()
+            settled = 0.0
+            for i in range(1, max(n_proc.values())):
+                mi, note = checked(procs_c[i % len(procs_c)], procs_r[i % len(procs_r)], i)
+                measured.append(mi)
+                if note:
+                    pair_notes[i] = note
+            phases.timing_s += clock() - t0 - settled
+        else:
+            phases.timing_s = clock() - t0 - settled
+        m = pooled(measured)
         res.timing_method = {
             "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
             "l2_flush": (cfg.timing.flush_method if cfg.timing.flush_l2 and device == "cuda" else None), "persisting_l2_reset": m.l2_reset,
@@ -316,9 +428,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         for f in m.flags + quiet_flags:
             if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet") and f not in res.flags:
                 res.flags.append(f)
-        if len(m.cand.times) < 2 or len(m.ref.times) < 2:
-            raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
-
+        res.timing_method.update(_check_notes(pair_notes))
+        res.timing_method["processes"] = n_proc
+        if procs_error:
+            res.timing_method["processes_error"] = procs_error
         spans = False
 
         def adopt(m) -> None:  # the measurement the record reports
@@ -335,6 +448,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
 
         adopt(m)
+        if len(measured) > 1:  # each pair's own medians: how far the processes' offsets lie apart
+            res.timing_method["pair_medians_ms"] = [
+                [round(statistics.median(x), 5) if x else None for x in (p.cand.timed(spans), p.ref.timed(spans))]
+                for p in measured]
         if m.compiled:
             # baseline and candidate in one measure: spans where the baseline's are whole, else events
             both = spans and all(x > 0 for x in m.compiled_span)
@@ -343,37 +460,6 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             res.speedup_compile = res.compile_runtime_ms / statistics.median(cand_t)
         elif m.compile_error:
             res.timing_method["compile_baseline_error"] = m.compile_error[:500]
-        if m.mismatched_calls:
-            raise _stale_outputs(m.mismatched_calls)
-        first: dict = {}  # what the checks compared: kept in the record of a flagged run
-        cheats = clock_checks(m, cfg, device == "cuda", first)
-        seen, measurements = list(cheats), 1
-        if cheats:
-            res.timing_method["clock_check"] = first
-        while cheats and measurements <= cfg.hardening.clock_check_confirmations:
-            # measured again: a cheat is flagged every time, noise is not. Only a measurement that no
-            # check flags is reported, and its outputs are held to the same test as the first's (one
-            # that hid its time once and returned stale outputs the next would otherwise pass)
-            again: dict = {}
-            m2 = timed()
-            measurements += 1
-            if m2.error:
-                break
-            if m2.mismatched_calls:
-                raise _stale_outputs(m2.mismatched_calls)
-            cheats = clock_checks(m2, cfg, device == "cuda", again) or (
-                [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
-            seen += [f for f in cheats if f not in seen]
-            res.timing_method["clock_check_confirm"] = again
-            if not cheats:
-                m = m2
-                adopt(m)
-                res.timing_method["remeasured_after_clock_flag"] = True
-        if measurements > 1:
-            res.timing_method["clock_check_measurements"] = measurements
-        if cheats:
-            raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
-                          + ", ".join(seen), seen)
         if device == "cuda" and cfg.correctness.list_kernels and creply.kernel_names:
             _list_kernels(res, phases, cand, creply.kernel_names, ref.rng.getrandbits(62), cfg, gate)
         res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
@@ -381,7 +467,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if device == "cuda" and res.speedup:
             res.timing_method["speedup_ci_calls"] = res.speedup_ci  # before widening: these calls only
             launches = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
-            bias = {k: process_bias_us(cfg.timing, spans, n) for k, n in launches.items()}
+            # each side's offset averages over the processes it was timed in
+            bias = {k: process_bias_us(cfg.timing, spans, n) / math.sqrt(n_proc[k]) for k, n in launches.items()}
             res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
                                                               res.runtime_ms, bias["reference"], bias["candidate"])
             res.timing_method["launches_per_call"] = launches
@@ -399,11 +486,22 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if cand is not None:
             gate.unregister()
             with gate.shared():  # its exit frees device memory: not beside a neighbour's timing
-                cand.close()
+                for w in [cand] + more:
+                    w.close()
         phases.wait_s = gate.waited - waited0
         if own_ref:
             ref.close()
     return _finish(res, phases, t_start, None)
+
+
+def _check_notes(notes: dict[int, dict]) -> dict:
+    """What the clock checks compared, for a record, where they flagged: the first process pair's
+    under its own keys, further pairs' (timing.processes_for) by pair."""
+    out = dict(notes.get(0, {}))
+    more = {str(i): n for i, n in notes.items() if i and n}
+    if more:
+        out["clock_check_pairs"] = more
+    return out
 
 
 def _stale_outputs(calls: int) -> Failure:
@@ -471,12 +569,12 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
         res.flags.append("no_custom_kernel")
 
 
-def _quiet(ref: ReferenceSession, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:
+def _quiet(ref: Worker, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:
     """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
     work they had queued (worker.Runner.quiet, in the reference's process). Not quiet within
     `quiet_max_s` (a neighbour's background thread keeps launching, say): timed anyway, flagged."""
     b = cfg.batch
-    reply, _ = ref.worker.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,
+    reply, _ = ref.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,
                                           max_s=b.quiet_max_s), cfg.timeouts.problem_s)
     if not reply.ok:
         raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")

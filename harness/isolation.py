@@ -209,6 +209,13 @@ class Worker:
         except (BrokenPipeError, OSError):
             pass  # the death shows up when we wait for the reply
 
+    def send(self, cmd: Command) -> float:
+        """Send one command without waiting: several workers can then work at once. Its reply is
+        read by wait_reply(cmd.op, timeout, t0=) with the time this returns."""
+        t0 = time.perf_counter()
+        self._send_line(cmd.model_dump_json())
+        return t0
+
     def request(self, cmd: Command, timeout: float) -> tuple[Reply, float]:
         """Send one command; wait for its reply. Returns the reply and the parent's own wall time for
         it, measured where the child cannot reach. Binary frames that follow the reply line are in

@@ -83,6 +83,9 @@ class ReferenceSession:
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     on_start: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)  # a batch's count
     standby: Optional[Standby] = field(default=None, repr=False, compare=False)  # a batch slot's started processes
+    # further reference processes, for timing a short forward in several (timing.processes_for),
+    # started once for the session and kept for every later solution of the problem
+    extra: list[Worker] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         meta = read_meta(self.problem)
@@ -144,10 +147,48 @@ class ReferenceSession:
             raise ReferenceError(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
         self.seconds = time.perf_counter() - t0
 
+    def more_workers(self, n: int, on_worker: Optional[Callable[[Worker], None]] = None,
+                     spans: bool = False) -> list[Worker]:
+        """`n` reference processes besides the first, each with Model built from the same seed (the
+        same weights), started together on the first call and reused after. They run no trials: the
+        fingerprints of their timed calls are compared with the candidate's, as the first's are.
+        Each is warmed up for timing (timing.warm_up) here, outside the timing phase."""
+        from .timing import warm_up
+        to = self.cfg.timeouts.problem_s
+        with self.lock:
+            for w in self.extra:
+                if w.returncode is not None or w.out_of_step:  # as batch.py drops a first one
+                    w.close()
+            self.extra = [w for w in self.extra if w.returncode is None and not w.out_of_step]
+            new = [self.spawn_reference(on_worker) for _ in range(max(0, n - len(self.extra)))]
+            try:
+                for w in new:
+                    load = w.wait_reply("load", to)
+                    if not load.ok:
+                        raise ReferenceError(f"problem {self.problem.name} failed to load again: {load.error}")
+                # all at once: each step's command to every process, then the replies
+                for what, cmd in (("Model failed to build again", lambda: Command(op="build", init_seed=self.plan.init_seed)),
+                                  ("timing failed in a further process",
+                                   lambda: warm_up(self.cfg.timing, self.rng, spans))):
+                    sent = [(w, c, w.send(c)) for w in new for c in [cmd()]]
+                    for w, c, t0 in sent:
+                        reply = w.wait_reply(c.op, to, t0=t0)
+                        if not reply.ok:
+                            raise ReferenceError(f"problem {self.problem.name}: {what}: {reply.error}")
+            except Exception:
+                for w in new:
+                    w.close()
+                raise
+            self.extra += new
+            return self.extra[:n]
+
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        for w in self.extra:
+            w.close()
+        self.extra = []
 
     def __enter__(self) -> "ReferenceSession":
         return self

@@ -54,7 +54,7 @@ class DeviceGate:
         self._writer: Optional[int] = None      # thread id holding exclusive() or alone()
         self._writers_waiting = 0
         self._started = 0                        # shared phases begun so far
-        self._workers: dict[int, object] = {}    # thread id -> that evaluation's live candidate
+        self._workers: dict[int, tuple] = {}     # thread id -> that evaluation's live candidate processes
         self._phases: dict[int, "Stoppable"] = {}  # stoppable phases in flight, by id
         self._next_phase = 0
         self._held: Optional["Held"] = None      # the exclusive phase holding the gate, if any
@@ -67,10 +67,11 @@ class DeviceGate:
         self.overdue = 0  # stoppable phases that gave up their lane for running long (stoppable())
 
     # -- who is running --------------------------------------------------------------------------
-    def register(self, worker) -> None:
-        """This thread's evaluation now has `worker` as its candidate (stopped during others' timing)."""
+    def register(self, *workers) -> None:
+        """This thread's evaluation now has `workers` as its candidate's processes (stopped during
+        any timing but of the ones it keeps: others', and its own of another process pair)."""
         with self._cv:
-            self._workers[threading.get_ident()] = worker
+            self._workers[threading.get_ident()] = workers
 
     def unregister(self) -> None:
         with self._cv:
@@ -195,9 +196,10 @@ class DeviceGate:
             self._writer = me
             held = Held()
             mine = {id(w) for w in keep}
-            for t, w in self._workers.items():
-                if t != me and id(w) not in mine:
-                    held.stop(w)
+            for ws in self._workers.values():
+                for w in ws:
+                    if id(w) not in mine:
+                        held.stop(w)
             for phase in self._phases.values():
                 held.preempted.append(phase.id)
                 for w in phase.workers:

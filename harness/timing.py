@@ -543,6 +543,22 @@ def process_bias_us(t, spans: bool, launches: Optional[int]) -> float:
     return base + t.process_bias_per_launch_us * max(0, (launches or 1) - 1)
 
 
+def processes_for(t, cuda: bool, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> int:
+    """How many processes one side is timed in (config.Timing.processes): one, unless its process
+    offset (process_bias_us) is over `processes_above_rel` of its median, which more calls in one
+    process do not shrink and more processes do, by the square root of their number. Under spans the
+    one-kernel part is a timestamp tick, the same in every process (bench/diag/offset_source.py):
+    left out, so a forward of one kernel timed by spans stays in one process."""
+    if t.processes <= 1 or t.processes_when == "never":
+        return 1
+    if t.processes_when == "always":
+        return t.processes
+    if not cuda or not median_ms or median_ms <= 0:
+        return 1
+    offset = process_bias_us(t, spans, launches) - (t.kernel_span_process_bias_us if spans else 0.0)
+    return t.processes if offset / (median_ms * 1e3) > t.processes_above_rel else 1
+
+
 def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
                            ref_bias_us: float, cand_bias_us: float) -> tuple[tuple[float, float], float]:
     """`ci` (which covers the calls of these two processes only) widened for the offset each process
@@ -684,10 +700,11 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
 
 
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
-            ref_timeout: float, gpu: Optional[str] = None) -> Measurement:
+            ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
     are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
-    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings."""
+    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings;
+    `compiled`: False leaves the baseline out (a side's further processes: one baseline is enough)."""
     from .records import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph)
@@ -705,7 +722,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
-    with_compiled = t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda)
+    with_compiled = compiled and (t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda))
     warm = True
     no_hold = False  # the reference's process has no working hold: neither side gets one
     span_decided = t.kernel_span == "off"
@@ -839,6 +856,51 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
         m.host_steal_ms = {c: round((v - steal0.get(c, v)) * tick_ms, 1) for c, v in steal_jiffies().items()}
     return m
+
+
+def warm_up(t, rng: random.Random, spans: bool):
+    """The command for a further process's first timing request, sent outside the timing phase, its
+    samples discarded: what a process pays once (CUPTI's start, NVML, the flush buffer) made a fresh
+    reference's first measurement 0.9-1.2 s longer than later ones on an H100 (relu_add_4m). No hold:
+    a request with one re-checks a hold that failed its check at pin() beside other processes' work,
+    and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
+    evaluations' phases, that check failed and left an identical solution timed without a hold."""
+    from .records import Command
+    return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,
+                   flush_method=t.flush_method, hold_us=0.0, spans=spans)
+
+
+def pooled(ms: list[Measurement]) -> Measurement:
+    """Measurements of several process pairs (processes_for) as one: every kept call of each side,
+    in order, each measurement having passed its own clock and fingerprint checks. The launch hold,
+    clock maximum and L2 reset are the first's; the torch.compile baseline is timed in the first only."""
+    if len(ms) == 1:
+        return ms[0]
+    first = ms[0]
+    out = Measurement(compiled=list(first.compiled), compiled_span=list(first.compiled_span), spans=first.spans,
+                      hold_us=first.hold_us, cuda_graph=first.cuda_graph, l2_reset=first.l2_reset,
+                      max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error)
+    for m in ms:
+        for mine, theirs in ((out.cand, m.cand), (out.ref, m.ref)):
+            for f in ("times", "host", "enqueue", "launch", "span", "rounds"):
+                getattr(mine, f).extend(getattr(theirs, f))
+            mine.leaked += theirs.leaked
+            mine.launches = mine.launches or list(theirs.launches)
+        for f in ("contended_rounds", "mismatched_calls", "rounds", "throttled"):
+            setattr(out, f, getattr(out, f) + getattr(m, f))
+        out.seconds += m.seconds
+        out.spans = out.spans and m.spans
+        out.clocks_mhz += m.clocks_mhz
+        out.gpu_rounds += m.gpu_rounds
+        out.retaken += m.retaken
+        out.flags += [f for f in m.flags if f not in out.flags]
+        for k, v in m.host_steal_ms.items():
+            out.host_steal_ms[k] = round(out.host_steal_ms.get(k, 0.0) + v, 1)
+        for side, seen in m.host_cpus.items():
+            mine = out.host_cpus.setdefault(side, {})
+            for c, n in seen.items():
+                mine[c] = mine.get(c, 0) + n
+    return out
 
 
 def span_choice(m: Measurement, t) -> tuple[bool, dict]:

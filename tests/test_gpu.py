@@ -66,7 +66,13 @@ def test_a_short_problem_is_timed_by_its_kernel_spans():
     # relu(a + b) launches two kernels, the solution its own one (a second only for a tail of the
     # vector): the reference's median carries the offset of one more dependent launch
     assert tm["launches_per_call"]["reference"] == 2 and tm["launches_per_call"]["candidate"] in (1, 2), tm
-    assert tm["process_bias_us"]["reference"] > cfg_bias(spans=True), tm
+    assert tm["process_bias_us"]["reference"] > cfg_bias(spans=True) / 2, tm
+    # that offset is a sizeable share of a few us: the reference is timed in several processes, each
+    # pair measured on its own; the candidate too where it launches two kernels (a span of one is
+    # the same in every process)
+    n_cand = 4 if tm["launches_per_call"]["candidate"] == 2 else 1
+    assert tm["processes"] == {"candidate": n_cand, "reference": 4}, tm
+    assert len(tm["pair_medians_ms"]) == 4 and r.phases.processes_s > 0, tm
 
 
 @gpu

@@ -59,9 +59,12 @@ def test_timing_waits_for_shared_phases_and_new_ones_wait_behind_it():
     assert len(ex) == 1 and not any(_overlaps(ex[0], e) for e in gate.log if e is not ex[0])
 
 
-def test_timing_stops_the_other_evaluations_candidates_and_not_its_own():
+def test_timing_stops_every_candidate_process_but_the_pair_it_times():
+    """Another evaluation's candidate is stopped; so is this evaluation's own further process while
+    another pair of its own is timed (timing.processes_for: none may work beside the timed one,
+    through CUDA IPC say); the processes it keeps are not."""
     gate = DeviceGate()
-    mine, other = FakeWorker(), FakeWorker()
+    mine, mine_too, other = FakeWorker(), FakeWorker(), FakeWorker()
     registered = threading.Barrier(2)
     done = threading.Event()
 
@@ -73,17 +76,19 @@ def test_timing_stops_the_other_evaluations_candidates_and_not_its_own():
 
     t = threading.Thread(target=neighbour)
     t.start()
-    gate.register(mine)
+    gate.register(mine, mine_too)
     registered.wait()
-    with gate.exclusive():
-        assert other.calls == ["pause"] and mine.calls == []
-    assert other.calls == ["pause", "resume"]
+    with gate.exclusive(keep=(mine,)):
+        assert other.calls == ["pause"] and mine.calls == [] and mine_too.calls == ["pause"]
+    assert other.calls == ["pause", "resume"] and mine_too.calls == ["pause", "resume"]
+    with gate.exclusive(keep=(mine_too,)):
+        assert mine.calls == ["pause"] and mine_too.calls == ["pause", "resume"]
     done.set()
     t.join()
     gate.unregister()
-    with gate.exclusive():  # nobody else registered: nothing to stop
+    with gate.exclusive():  # nobody registered: nothing to stop
         pass
-    assert other.calls == ["pause", "resume"] and mine.calls == []
+    assert other.calls == ["pause", "resume", "pause", "resume"] and mine.calls == ["pause", "resume"]
 
 
 class StampedWorker:

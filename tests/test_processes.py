@@ -1,0 +1,102 @@
+"""A side timed in several processes (config.Timing.processes): when it applies, how the pairs'
+measurements pool, and (CPU, real processes) that the record and the reference's reuse are right.
+The verdict on a solution that cheats only in a later process is pinned by
+tests/adversarial/cpu/timer_patch_second_process.py."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import ROOT, make_config
+
+
+def _timing(**kw):
+    from harness.config import Timing
+    return Timing(**kw)
+
+
+@pytest.mark.parametrize("when,cuda,spans,launches,median_ms,expect", [
+    ("auto", True, True, 2, 0.024, 4),     # relu(x + y) at 24 us by spans: 0.09 us of offset, 0.375%
+    ("auto", True, True, 1, 0.004, 1),     # one kernel by spans: only the tick, the same everywhere
+    ("auto", True, False, 1, 0.060, 4),    # one kernel at 60 us by events: 0.25 us, 0.42%
+    ("auto", True, False, 1, 0.287, 1),    # softmax at 0.29 ms by events: 0.09%
+    ("auto", True, False, 2, 0.110, 1),    # two launches at 0.11 ms by events: 0.34 us, 0.31%
+    ("auto", True, False, 16, 0.060, 4),   # 16 launches at 60 us: 1.6 us, 2.7%
+    ("auto", False, False, 3, 0.010, 1),   # the CPU has no such model: one process unless asked
+    ("always", False, False, 1, 5.0, 4),
+    ("never", True, True, 16, 0.010, 1),
+    ("auto", True, True, 2, None, 1),      # no samples: nothing to decide on
+])
+def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_share(when, cuda, spans, launches,
+                                                                                     median_ms, expect):
+    from harness.timing import processes_for
+    assert processes_for(_timing(processes_when=when), cuda, spans, launches, median_ms) == expect
+    assert processes_for(_timing(processes_when=when, processes=1), cuda, spans, launches, median_ms) == 1
+
+
+def _measurement(cand: list[float], ref: list[float], **kw):
+    from harness.timing import Measurement, Side
+
+    def side(xs):
+        s = Side(times=list(xs), host=[x + 0.1 for x in xs], enqueue=[0.01] * len(xs), launch=[0.02] * len(xs),
+                 span=[x - 0.001 for x in xs], launches=[2] * len(xs))
+        s.rounds = [(sum(xs) + 1.0, sum(xs), len(xs), True)]
+        return s
+    return Measurement(cand=side(cand), ref=side(ref), spans=True, rounds=1, seconds=0.5, **kw)
+
+
+def test_pooled_keeps_every_call_of_every_pair_and_the_first_pairs_baseline():
+    from harness.timing import pooled
+    a = _measurement([1.0, 1.1], [2.0, 2.1], compiled=[1.5, 1.6], hold_us=300.0, flags=["throttled"])
+    b = _measurement([1.2, 1.3, 1.4], [2.2, 2.3], hold_us=250.0, mismatched_calls=1, flags=["throttled", "x"])
+    p = pooled([a, b])
+    assert p.cand.times == [1.0, 1.1, 1.2, 1.3, 1.4] and p.ref.times == [2.0, 2.1, 2.2, 2.3]
+    assert p.cand.host == a.cand.host + b.cand.host and p.cand.span == a.cand.span + b.cand.span
+    assert len(p.cand.rounds) == 2 and p.rounds == 2 and p.mismatched_calls == 1
+    assert p.compiled == [1.5, 1.6] and p.hold_us == 300.0 and p.spans
+    assert p.flags == ["throttled", "x"] and math.isclose(p.seconds, 1.0)
+    assert pooled([a]) is a
+
+
+def test_each_pairs_calls_stay_with_their_round_for_the_clock_checks():
+    """The checks pair each round's parent wall with that round's calls; pooling appends both in step."""
+    from harness.timing import _calls_by_round, pooled
+    p = pooled([_measurement([1.0, 1.1], [2.0]), _measurement([5.0, 5.5, 6.0], [2.0])])
+    rounds = _calls_by_round(p.cand)
+    assert [len(calls) for _, calls in rounds] == [2, 3]
+    assert [t for _, t in rounds[1][1]] == [5.0, 5.5, 6.0]
+
+
+def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_kept(tmp_path):
+    """Real processes on the CPU path: three pairs measured, the record says so and gives each pair's
+    medians, every pair's calls pooled; a second solution of the problem reuses the session's
+    further reference processes instead of starting new ones."""
+    from harness.evaluation import evaluate
+    from harness.problems import find_problem
+    from harness.reference import ReferenceSession
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3})
+    prob = find_problem(ROOT / "tests/problems/relu_add.py")
+    with ReferenceSession(prob, cfg, "cpu", "small", None) as ref:
+        r = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)
+        assert r.status.value == "passed", (r.error, r.log_tail)
+        assert r.timing_method["processes"] == {"candidate": 3, "reference": 3}
+        pairs = r.timing_method["pair_medians_ms"]
+        assert len(pairs) == 3 and all(c > 0 and rr > 0 for c, rr in pairs)
+        # every pair contributes its kept calls (at least cpu_min_calls each)
+        assert r.runtime_stats.count >= 3 * cfg.timing.cpu_min_calls
+        assert r.phases.processes_s > 0
+        extra = [w.pid for w in ref.extra]
+        assert len(extra) == 2 and all(w.returncode is None for w in ref.extra)
+        r2 = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)
+        assert r2.status.value == "passed", (r2.error, r2.log_tail)
+        assert [w.pid for w in ref.extra] == extra
+    assert ref.extra == []
+
+
+def test_one_process_a_side_by_default_on_the_cpu():
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", ROOT / "tests/problems/relu_add.py", make_config(device="cpu"))
+    assert r.status.value == "passed", r.error
+    assert r.timing_method["processes"] == {"candidate": 1, "reference": 1}
+    assert "pair_medians_ms" not in r.timing_method and r.phases.processes_s == 0
