@@ -100,3 +100,27 @@ def test_one_process_a_side_by_default_on_the_cpu():
     assert r.status.value == "passed", r.error
     assert r.timing_method["processes"] == {"candidate": 1, "reference": 1}
     assert "pair_medians_ms" not in r.timing_method and r.phases.processes_s == 0
+
+
+def test_a_batch_times_each_side_in_several_processes_from_its_standbys(tmp_path):
+    """The batch path: further candidate processes come from the slot's standbys, two evaluations
+    share the slot (each one's further processes registered with its gate), and the problem's
+    further reference processes are shared by its solutions."""
+    from harness.batch import run_batch
+    sols = tmp_path / "sols" / "relu_add"
+    for i, body in enumerate(["torch.relu(a + b)", "(a + b).clamp_min(0)", "torch.maximum(a + b, torch.zeros_like(a))"]):
+        (sols.parent / "relu_add").mkdir(parents=True, exist_ok=True)
+        (sols / f"s{i}.py").write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                                       f"    def forward(self, a, b):\n        return {body}\n")
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 2,
+                                       "batch.cpu_concurrent_evaluations": 2})
+    run = tmp_path / "run"
+    summary = run_batch([str(tmp_path / "sols")], cfg, problem_roots=[str(ROOT / "tests/problems")], out=str(run),
+                        compile_workers=1)
+    import json
+    recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and all(r["status"] == "passed" for r in recs), [(r["status"], r["error"]) for r in recs]
+    for r in recs:
+        assert r["timing_method"]["processes"] == {"candidate": 2, "reference": 2}
+        assert len(r["timing_method"]["pair_medians_ms"]) == 2
+    assert summary.references == {"cpu": 1}
