@@ -70,16 +70,16 @@ def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
     return tol
 
 
-def _ask(worker: Worker, cmd: Optional[Command], timeout: float, what: str, op: Optional[str] = None,
-         t0: Optional[float] = None):
-    """One command to the candidate; every way it can go wrong becomes a verdict. cmd None: its
-    reply to the `op` sent at `t0` (Worker.send) is read."""
+def _ask(worker: Worker, cmd: Command, timeout: float, what: str):
+    """One command to the candidate; every way it can go wrong becomes a verdict."""
+    return _answer(worker, cmd.op, worker.send(cmd), timeout, what)
+
+
+def _answer(worker: Worker, op: str, t0: float, timeout: float, what: str):
+    """The candidate's reply to the `op` sent at `t0` (Worker.send), as _ask reads it."""
     try:
-        if cmd is not None:
-            reply, wall = worker.request(cmd, timeout)
-        else:
-            reply = worker.wait_reply(op, timeout, t0=t0)
-            wall = time.perf_counter() - t0
+        reply = worker.wait_reply(op, timeout, t0=t0)
+        wall = time.perf_counter() - t0
     except WorkerTimeout:
         worker.kill()
         raise Failure(Status.timeout, f"{what} did not finish within {timeout:g} s; the process group was killed",
@@ -188,14 +188,17 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         t0 = clock()
         setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
 
+        def spawn(phase) -> Worker:  # a process of the candidate's, stopped by others' timing from its start
+            if standby:
+                return standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add)
+            w = Worker(setup, env=env)
+            phase.add(w)
+            return w
+
         def start_candidate() -> None:  # into `cand`, which timed() reads when it runs
             nonlocal cand
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
-                if standby:
-                    cand = standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add)
-                else:
-                    cand = Worker(setup, env=env)
-                    phase.add(cand)
+                cand = spawn(phase)
                 gate.register(cand)
                 _wait_load(cand, cfg.timeouts.load_s)
                 _ask(cand, Command(op="build", init_seed=ref.plan.init_seed), cfg.timeouts.load_s, "building ModelNew")
@@ -205,22 +208,17 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             imports the solution and builds ModelNew from the same seed; every timed call's output is
             checked against the reference's, as the first process's are."""
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
-                for _ in range(n):
-                    if standby:
-                        more.append(standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add))
-                    else:
-                        more.append(Worker(setup, env=env))
-                        phase.add(more[-1])
+                more.extend(spawn(phase) for _ in range(n))
                 gate.register(cand, *more)
                 for w in more:
                     _wait_load(w, cfg.timeouts.load_s)
                 # each step sent to every process, then their replies read: they work at once
                 sent = [(w, w.send(Command(op="build", init_seed=ref.plan.init_seed))) for w in more]
                 for w, t0 in sent:
-                    _ask(w, None, cfg.timeouts.load_s, "building ModelNew in a further process", op="build", t0=t0)
+                    _answer(w, "build", t0, cfg.timeouts.load_s, "building ModelNew in a further process")
                 sent = [(w, w.send(warm_up(cfg.timing, ref.rng, spans))) for w in more]
                 for w, t0 in sent:
-                    _ask(w, None, cfg.timeouts.run_s, "the first timing request of a further process", op="time", t0=t0)
+                    _answer(w, "time", t0, cfg.timeouts.run_s, "the first timing request of a further process")
             return list(more)
 
         start_candidate()

@@ -220,8 +220,7 @@ class Worker:
         """Send one command; wait for its reply. Returns the reply and the parent's own wall time for
         it, measured where the child cannot reach. Binary frames that follow the reply line are in
         `reply.blobs`."""
-        t0 = time.perf_counter()
-        self._send_line(cmd.model_dump_json())
+        t0 = self.send(cmd)
         reply = self.wait_reply(cmd.op, timeout, t0=t0)
         return reply, time.perf_counter() - t0
 

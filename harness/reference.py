@@ -166,13 +166,13 @@ class ReferenceSession:
                     load = w.wait_reply("load", to)
                     if not load.ok:
                         raise ReferenceError(f"problem {self.problem.name} failed to load again: {load.error}")
-                # all at once: each step's command to every process, then the replies
-                for what, cmd in (("Model failed to build again", lambda: Command(op="build", init_seed=self.plan.init_seed)),
-                                  ("timing failed in a further process",
-                                   lambda: warm_up(self.cfg.timing, self.rng, spans))):
-                    sent = [(w, c, w.send(c)) for w in new for c in [cmd()]]
-                    for w, c, t0 in sent:
-                        reply = w.wait_reply(c.op, to, t0=t0)
+                # each step sent to every process, then their replies read: they work at once
+                steps = ((lambda: Command(op="build", init_seed=self.plan.init_seed), "Model failed to build again"),
+                         (lambda: warm_up(self.cfg.timing, self.rng, spans), "timing failed in a further process"))
+                for make, what in steps:
+                    sent = [(w, cmd, w.send(cmd)) for w in new for cmd in (make(),)]
+                    for w, cmd, t0 in sent:
+                        reply = w.wait_reply(cmd.op, to, t0=t0)
                         if not reply.ok:
                             raise ReferenceError(f"problem {self.problem.name}: {what}: {reply.error}")
             except Exception:
