@@ -72,14 +72,18 @@ def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
 
 def _ask(worker: Worker, cmd: Command, timeout: float, what: str):
     """One command to the candidate; every way it can go wrong becomes a verdict."""
-    return _answer(worker, cmd.op, worker.send(cmd), timeout, what)
+    return _verdict_of(worker, timeout, what, lambda: worker.request(cmd, timeout))
 
 
 def _answer(worker: Worker, op: str, t0: float, timeout: float, what: str):
     """The candidate's reply to the `op` sent at `t0` (Worker.send), as _ask reads it."""
+    return _verdict_of(worker, timeout, what,
+                       lambda: (worker.wait_reply(op, timeout, t0=t0), time.perf_counter() - t0))
+
+
+def _verdict_of(worker: Worker, timeout: float, what: str, read):
     try:
-        reply = worker.wait_reply(op, timeout, t0=t0)
-        wall = time.perf_counter() - t0
+        reply, wall = read()
     except WorkerTimeout:
         worker.kill()
         raise Failure(Status.timeout, f"{what} did not finish within {timeout:g} s; the process group was killed",
