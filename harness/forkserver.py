@@ -276,6 +276,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     safe = threads == 1 and not _driver_open()
     _send(sock, {"ready": True, "fork_safe": safe, "import_s": round(time.perf_counter() - t0, 3),
+                 "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
                  "python_threads": threads, "native_threads": len(os.listdir("/proc/self/task")),
                  "dumpable": is_dumpable()})
     children = 0

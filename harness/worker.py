@@ -550,10 +550,9 @@ def is_dumpable() -> Optional[int]:
 def preload_imports(fork_safe: bool = False) -> None:
     """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
     or a solution's code or creates a CUDA context (the setup, and the device, are not known yet).
-    `fork_safe`: for a fork server (forkserver.py), only what leaves the CUDA driver uninitialised,
-    which a forked child could not use: torch.utils.cpp_extension's import asks CUDA whether it is
-    available (cuInit) wherever nvcc is installed, so each child imports that one itself."""
-    import torch  # noqa: F401
+    `fork_safe`: for a fork server (forkserver.py), leaving the CUDA driver uninitialised, since a
+    forked child could not use it then."""
+    import torch
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
     try:  # the launch hold's kernel (timing.pin): 0.14 s of the load phase on an H200 machine
         import triton.language  # noqa: F401
@@ -562,6 +561,17 @@ def preload_imports(fork_safe: bool = False) -> None:
     from . import problems, records, timing  # noqa: F401
     if not fork_safe:
         import torch.utils.cpp_extension  # noqa: F401
+        return
+    # torch.utils.cpp_extension's import asks torch.cuda.is_available() (cuInit) wherever nvcc is
+    # installed, only to print a warning where no device answers; everything else it sets up is paths
+    # and flags. Asked nothing here, so that each forked child does not import it (setuptools and
+    # all: about 0.6 s with its cuInit) and the driver starts in the child's own priming instead
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    finally:
+        torch.cuda.is_available = real
 
 
 def _preload(rep_fd: int) -> None:

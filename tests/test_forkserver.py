@@ -59,6 +59,7 @@ def test_a_forked_standby_is_the_process_a_fresh_one_would_be(cleanup, tmp_path)
     sb, own = Standby(child_env(None, "cpu"), 1), Standby(child_env(None, "cpu"), 1, fork=False)
     cleanup += [sb, own]
     assert sb.server.ready(120) and sb.server.notes["fork_safe"] and sb.server.notes["python_threads"] == 1
+    assert sb.server.notes["cpp_extension"]  # imported once there, for every child
     facts = {}
     for role in ("candidate", "reference"):
         setup = {**SETUP, "role": role, "solution_path": str(sol)}

@@ -67,12 +67,13 @@ def test_a_short_problem_is_timed_by_its_kernel_spans():
     # vector): the reference's median carries the offset of one more dependent launch
     assert tm["launches_per_call"]["reference"] == 2 and tm["launches_per_call"]["candidate"] in (1, 2), tm
     assert tm["process_bias_us"]["reference"] > cfg_bias(spans=True) / 2, tm
-    # that offset is a sizeable share of a few us: the reference is timed in several processes, each
-    # pair measured on its own; the candidate too where it launches two kernels (a span of one is
-    # the same in every process)
-    n_cand = 4 if tm["launches_per_call"]["candidate"] == 2 else 1
-    assert tm["processes"] == {"candidate": n_cand, "reference": 4}, tm
-    assert len(tm["pair_medians_ms"]) == 4 and r.phases.processes_s > 0, tm
+    # that offset is a sizeable share of a few us: the reference is timed in several processes (4,
+    # fewer where processes_budget_s is spent first), each pair measured on its own; the candidate
+    # too where it launches two kernels (a span of one is the same in every process)
+    n = tm["processes"]
+    assert 2 <= n["reference"] <= 4 and (n["candidate"] == 1) == (tm["launches_per_call"]["candidate"] == 1), tm
+    assert len(tm["pair_medians_ms"]) == max(n.values()) and r.phases.processes_s > 0, tm
+    assert tm["process_sd_us"]["reference"] > 0, tm
 
 
 @gpu
@@ -231,6 +232,8 @@ def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
     sb.take = lambda *a, **k: served.append(take(*a, **k)) or served[-1]
     try:
         assert sb.server.ready(120) and sb.server.notes["fork_safe"], (sb.server.notes, sb.server.log_tail())
+        # its children find the extension machinery imported, without the driver it would have asked
+        assert sb.server.notes["cpp_extension"], sb.server.notes
         w = sb.idle
         deadline = time.monotonic() + 120
         while w.primed is None and w.returncode is None and time.monotonic() < deadline:
