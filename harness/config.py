@@ -129,6 +129,21 @@ class Timing(BaseModel):
     processes: int = Field(4, ge=1)
     processes_when: Literal["auto", "always", "never"] = "auto"
     processes_above_rel: float = 0.0035
+    # A side timed in several processes gets more, up to `processes_max`, until the standard error of
+    # its process medians' mean (their observed sd, or the model's where that is larger, over the
+    # square root of their number) is under `processes_target_rel`. relu(x + y) at 24 us drew about
+    # 0.5-0.7% of sd between processes (H100), up to twice the model. Up to 8 took its 5-run spread to
+    # 0.73% (4: 0.39-1.67%) and the throughput bench's warm batch to 80 s (35 s with one process),
+    # while whole runs also move with the same processes: so by default no more than `processes`
+    # (configs/fidelity.toml asks for 8; bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, session 21).
+    processes_max: int = Field(4, ge=1)
+    processes_target_rel: float = Field(0.0025, ge=0)
+    # a further pair's timed rounds at least, after its warm-up round (min_rounds is the first's);
+    # it records kernel spans where the first pair did, without the rounds that decide that
+    processes_rounds: int = Field(3, ge=1)
+    # no more pairs are started than fit, at the pairs' cost so far, into this much timing wall for
+    # all of them together (the fidelity target: 3 s for a solution up to 1 ms); 0: no limit
+    processes_budget_s: float = Field(2.5, ge=0)
 
 
 class Hardening(BaseModel):

@@ -34,8 +34,9 @@ from .reference import ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import (clock_checks, gpu_summary, measure, pooled, process_bias_us, processes_for, ratio_ci,
-                     span_choice, summarize, warm_up, widen_for_process_bias)
+from .timing import (clock_checks, gpu_summary, measure, pairs_within_budget, pooled, process_bias_us,
+                     process_offset_rel, processes_for, processes_needed, ratio_ci, span_choice, summarize, warm_up,
+                     widen_for_process_bias)
 
 
 class Failure(Exception):
@@ -210,17 +211,18 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         def start_more_candidates(n: int, spans: bool) -> list[Worker]:
             """`n` more processes of the candidate, for timing only (timing.processes_for): each
             imports the solution and builds ModelNew from the same seed; every timed call's output is
-            checked against the reference's, as the first process's are."""
+            checked against the reference's, as the first process's are. Returns all of them."""
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
-                more.extend(spawn(phase) for _ in range(n))
+                new = [spawn(phase) for _ in range(n)]
+                more.extend(new)
                 gate.register(cand, *more)
-                for w in more:
+                for w in new:
                     _wait_load(w, cfg.timeouts.load_s)
                 # each step sent to every process, then their replies read: they work at once
-                sent = [(w, w.send(Command(op="build", init_seed=ref.plan.init_seed))) for w in more]
+                sent = [(w, w.send(Command(op="build", init_seed=ref.plan.init_seed))) for w in new]
                 for w, t0 in sent:
                     _answer(w, "build", t0, cfg.timeouts.load_s, "building ModelNew in a further process")
-                sent = [(w, w.send(warm_up(cfg.timing, ref.rng, spans))) for w in more]
+                sent = [(w, w.send(warm_up(cfg.timing, ref.rng, spans))) for w in new]
                 for w, t0 in sent:
                     _answer(w, "time", t0, cfg.timeouts.run_s, "the first timing request of a further process")
             return list(more)
@@ -281,7 +283,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         settled = 0.0  # waiting for standbys to finish starting: not timing
         quiet_flags: list[str] = []
 
-        def timed(c: Worker, r: Worker, compiled: bool):
+        def timed(c: Worker, r: Worker, pair: int):
             nonlocal settled
             # nothing else on this device or beside it while either side is timed (this evaluation's
             # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
@@ -295,8 +297,13 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                     s0 = time.perf_counter()
                     standby.settle(cfg.timeouts.load_s)
                     settled += time.perf_counter() - s0
+                # a further pair: kernel spans recorded or not as in the first (whose decision on them is
+                # made again on the pooled calls, and noted), fewer rounds, a share of the budget
+                further = {} if pair == 0 else {
+                    "compiled": False, "spans": record_spans, "min_rounds": cfg.timing.processes_rounds,
+                    "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max)}
                 return measure(c, r, tcfg, ref.rng, cuda=device == "cuda", tol=tol, timeout=cfg.timeouts.run_s,
-                               ref_timeout=cfg.timeouts.problem_s, gpu=gpu, compiled=compiled)
+                               ref_timeout=cfg.timeouts.problem_s, gpu=gpu, **further)
 
         def checked(c: Worker, r: Worker, pair: int):
             """One process pair measured and held to every check on its own: outputs by fingerprint,
@@ -307,7 +314,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
 
             def once():
                 try:
-                    return timed(c, r, pair == 0)
+                    return timed(c, r, pair)
                 except WorkerTimeout:
                     c.kill()
                     raise Failure(Status.timeout, f"a timing round did not finish within {cfg.timeouts.run_s:g} s") from None
@@ -373,36 +380,54 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         pair_notes = {0: note} if note else {}
         # a short forward of several launches: each side whose process offset is a sizeable share of
         # its median is timed in further processes too (timing.processes_for), each pair measured
-        # and checked on its own, all kept calls pooled
+        # and checked on its own, all kept calls pooled; then more, up to processes_max, where those
+        # processes' own medians lie further apart than the model says (timing.processes_needed)
         spans1, _ = span_choice(m, cfg.timing)
-        n_proc = {side: processes_for(cfg.timing, device == "cuda", spans1, s.launch_count(),
-                                      statistics.median(s.timed(spans1)) if s.timed(spans1) else None)
-                  for side, s in (("candidate", m.cand), ("reference", m.ref))}
+        record_spans = m.spans if device == "cuda" else None
+        counts = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
+        first_median = {side: statistics.median(s.timed(spans1)) if s.timed(spans1) else None
+                        for side, s in (("candidate", m.cand), ("reference", m.ref))}
+        offset_rel = {side: process_offset_rel(cfg.timing, spans1, counts[side], first_median[side])
+                      if device == "cuda" else 0.0 for side in counts}
+        n_proc = {side: processes_for(cfg.timing, device == "cuda", spans1, counts[side], first_median[side])
+                  for side in counts}
         measured, procs_error = [m], None
-        if max(n_proc.values()) > 1:
-            phases.timing_s = clock() - t0 - settled
+        procs = {"candidate": [cand], "reference": [ref.worker]}
+        phases.timing_s = clock() - t0 - settled
+        have = {side: 1 for side in n_proc}
+        wanted = None
+        for wave in range(2):  # the first count, then at most one more wave where their medians say so
+            if wave:
+                n_proc = {side: processes_needed(cfg.timing, n, _process_medians(measured, side, n, spans1),
+                                                 offset_rel[side]) for side, n in have.items()}
+            fit = pairs_within_budget(cfg.timing, measured)
+            if fit is not None and max(n_proc.values()) > len(measured) + fit:
+                wanted = dict(n_proc)  # what was wanted, for the record
+                n_proc = {side: max(have[side], min(n, len(measured) + fit)) for side, n in n_proc.items()}
+            if n_proc == have:
+                break
             t1 = clock()
-            procs_c, procs_r = [cand], [ref.worker]
-            if n_proc["candidate"] > 1:
-                procs_c += start_more_candidates(n_proc["candidate"] - 1, spans1)
-            if n_proc["reference"] > 1:
+            if n_proc["candidate"] > have["candidate"]:
+                procs["candidate"] = [cand] + start_more_candidates(n_proc["candidate"] - have["candidate"], bool(record_spans))
+            if n_proc["reference"] > have["reference"]:
                 try:
                     with gate.stoppable() as phase:
-                        procs_r += ref.more_workers(n_proc["reference"] - 1, on_worker=phase.add, spans=spans1)
+                        procs["reference"] = [ref.worker] + ref.more_workers(n_proc["reference"] - 1, on_worker=phase.add,
+                                                                             spans=bool(record_spans))
                 except Exception as e:  # noqa: BLE001 - the problem's fault, not the solution's: fewer
-                    n_proc["reference"] = 1
+                    n_proc["reference"] = have["reference"]
+                    procs["reference"] = procs["reference"][:have["reference"]]
                     procs_error = str(e)[:300]
-            phases.processes_s = clock() - t1
-            t0 = clock()
-            settled = 0.0
-            for i in range(1, max(n_proc.values())):
-                mi, note = checked(procs_c[i % len(procs_c)], procs_r[i % len(procs_r)], i)
+            phases.processes_s += clock() - t1
+            t0, settled = clock(), 0.0
+            for i in range(len(measured), max(n_proc.values())):
+                mi, note = checked(procs["candidate"][i % n_proc["candidate"]], procs["reference"][i % n_proc["reference"]], i)
                 measured.append(mi)
                 if note:
                     pair_notes[i] = note
             phases.timing_s += clock() - t0 - settled
-        else:
-            phases.timing_s = clock() - t0 - settled
+            have = dict(n_proc)
+        n_proc = have
         m = pooled(measured)
         res.timing_method = {
             "device": device, "method": "cuda_events" if device == "cuda" else "perf_counter",
@@ -432,6 +457,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 res.flags.append(f)
         res.timing_method.update(_check_notes(pair_notes))
         res.timing_method["processes"] = n_proc
+        if wanted:  # fewer than the offsets asked for: timing.processes_budget_s
+            res.timing_method["processes_wanted"] = wanted
         if procs_error:
             res.timing_method["processes_error"] = procs_error
         spans = False
@@ -469,8 +496,14 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if device == "cuda" and res.speedup:
             res.timing_method["speedup_ci_calls"] = res.speedup_ci  # before widening: these calls only
             launches = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
-            # each side's offset averages over the processes it was timed in
-            bias = {k: process_bias_us(cfg.timing, spans, n) / math.sqrt(n_proc[k]) for k, n in launches.items()}
+            # each side's offset, the model's or what its own processes showed where that is larger,
+            # averages over the processes it was timed in
+            meds = {k: _process_medians(measured, k, n_proc[k], spans) for k in launches}
+            seen_sd = {k: statistics.stdev(v) * 1e3 if len(v) > 1 else 0.0 for k, v in meds.items()}
+            bias = {k: max(process_bias_us(cfg.timing, spans, n), seen_sd[k]) / math.sqrt(n_proc[k])
+                    for k, n in launches.items()}
+            if len(measured) > 1:
+                res.timing_method["process_sd_us"] = {k: round(v, 4) for k, v in seen_sd.items()}
             res.speedup_ci, bias_rel = widen_for_process_bias(res.speedup_ci, res.speedup, res.ref_runtime_ms,
                                                               res.runtime_ms, bias["reference"], bias["candidate"])
             res.timing_method["launches_per_call"] = launches
@@ -494,6 +527,13 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         if own_ref:
             ref.close()
     return _finish(res, phases, t_start, None)
+
+
+def _process_medians(measured: list, side: str, n: int, spans: bool) -> list[float]:
+    """A side's own median in each of its `n` processes, by kernel spans or events (`spans`): pair i
+    timed its process i % n, so the first n pairs hold one each."""
+    return [statistics.median(x) for p in measured[:n]
+            for x in (getattr(p, "cand" if side == "candidate" else "ref").timed(spans and p.spans),) if x]
 
 
 def _check_notes(notes: dict[int, dict]) -> dict:

@@ -543,20 +543,62 @@ def process_bias_us(t, spans: bool, launches: Optional[int]) -> float:
     return base + t.process_bias_per_launch_us * max(0, (launches or 1) - 1)
 
 
-def processes_for(t, cuda: bool, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> int:
-    """How many processes one side is timed in (config.Timing.processes): one, unless its process
-    offset (process_bias_us) is over `processes_above_rel` of its median, which more calls in one
-    process do not shrink and more processes do, by the square root of their number. Under spans the
+def process_offset_rel(t, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> float:
+    """One side's modelled process offset (process_bias_us) as a share of its median. Under spans the
     one-kernel part is a timestamp tick, the same in every process (bench/diag/offset_source.py):
-    left out, so a forward of one kernel timed by spans stays in one process."""
+    left out, so a forward of one kernel timed by spans has none."""
+    if not median_ms or median_ms <= 0:
+        return 0.0
+    offset = process_bias_us(t, spans, launches) - (t.kernel_span_process_bias_us if spans else 0.0)
+    return max(0.0, offset) / (median_ms * 1e3)
+
+
+def processes_for(t, cuda: bool, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> int:
+    """How many processes one side is timed in at first (config.Timing.processes): one, unless its
+    process offset (process_offset_rel) is over `processes_above_rel` of its median, which more calls
+    in one process do not shrink and more processes do, by the square root of their number."""
     if t.processes <= 1 or t.processes_when == "never":
         return 1
     if t.processes_when == "always":
         return t.processes
     if not cuda or not median_ms or median_ms <= 0:
         return 1
-    offset = process_bias_us(t, spans, launches) - (t.kernel_span_process_bias_us if spans else 0.0)
-    return t.processes if offset / (median_ms * 1e3) > t.processes_above_rel else 1
+    return t.processes if process_offset_rel(t, spans, launches, median_ms) > t.processes_above_rel else 1
+
+
+def processes_needed(t, n: int, medians: list[float], offset_rel: float = 0.0) -> int:
+    """How many processes a side already timed in `n` (> 1) needs, from its processes' own medians:
+    enough that the standard error of their mean, the larger of their observed spread and the
+    modelled offset (`offset_rel`) over the square root of their number, is under
+    `processes_target_rel`, and at most `processes_max`. The model is a mean over many processes;
+    one problem's offsets can be twice it (relu(x + y) at 24 us: 0.7% of sd between processes on an
+    H100 against 0.375% modelled), and only its own processes show that."""
+    cap = max(t.processes, t.processes_max)
+    if n <= 1 or n >= cap or len(medians) < 2 or t.processes_target_rel <= 0:
+        return n
+    mean = statistics.fmean(medians)
+    if mean <= 0:
+        return n
+    sd = max(statistics.stdev(medians) / mean, offset_rel)
+    return max(n, min(cap, math.ceil((sd / t.processes_target_rel) ** 2 - 1e-9)))
+
+
+def pairs_within_budget(t, measured: list) -> Optional[int]:
+    """How many more process pairs fit into `processes_budget_s` of timing wall, all pairs together:
+    at the cost of the further pairs measured so far, or before any, of a warm-up round and
+    `processes_rounds` at the first pair's kept rounds' wall (its own wall also holds what a process
+    and a reference session pay once, and the torch.compile baseline). None: no limit."""
+    if t.processes_budget_s <= 0:
+        return None
+    spent = sum(m.seconds for m in measured)
+    further = [m.seconds for m in measured[1:]]
+    if further:
+        per = statistics.fmean(further)
+    else:
+        first = measured[0]
+        walls = [statistics.median(r[0] for r in s.rounds) / 1e3 for s in (first.cand, first.ref) if s.rounds]
+        per = sum(walls) * (t.processes_rounds + 1) if len(walls) == 2 else first.seconds
+    return max(0, int((t.processes_budget_s - spent) / per)) if per > 0 else None
 
 
 def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
@@ -700,14 +742,21 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
 
 
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
-            ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True) -> Measurement:
+            ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
+            min_rounds: Optional[int] = None, budget_s: Optional[float] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
     are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
-    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings;
-    `compiled`: False leaves the baseline out (a side's further processes: one baseline is enough)."""
+    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
+    A side's further process pair (processes_for) passes what its first pair settled: `compiled`
+    False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without
+    the rounds that decide it; whether they are reported is decided on the pooled calls), and its own
+    `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
+    buy is their offsets averaged, not more calls."""
     from .records import Command
     t = cfg.timing
-    m = Measurement(cuda_graph=cuda and t.cuda_graph)
+    m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
+    min_rounds = t.min_rounds if min_rounds is None else min_rounds
+    budget_s = t.budget_s if budget_s is None else budget_s
     mon = GpuMonitor(gpu) if cuda else None
     snap = mon.snapshot if mon is not None else (lambda: None)
     # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
@@ -725,7 +774,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     with_compiled = compiled and (t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda))
     warm = True
     no_hold = False  # the reference's process has no working hold: neither side gets one
-    span_decided = t.kernel_span == "off"
+    span_decided = t.kernel_span == "off" or spans is not None
     # the warm-up round, whose samples are not kept, also counts each side's launches per call
     # from CUPTI's records (process_bias_us), where spans will not
     count_launches = cuda and t.process_bias_per_launch_us > 0
@@ -844,11 +893,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
         n = min(len(c_t), len(r_t))
         elapsed = time.perf_counter() - t_start
-        if n >= min_calls and m.rounds > t.min_rounds:
+        if n >= min_calls and m.rounds > min_rounds:
             stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
-            if stable or n >= t.max_calls or elapsed > t.budget_s:
+            if stable or n >= t.max_calls or elapsed > budget_s:
                 break
-        if m.rounds > 4 * (t.max_calls // round_calls + t.min_rounds) + 8:
+        if m.rounds > 4 * (t.max_calls // round_calls + min_rounds) + 8:
             m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
             break
     m.seconds = time.perf_counter() - t_start

@@ -35,6 +35,37 @@ def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_sha
     assert processes_for(_timing(processes_when=when, processes=1), cuda, spans, launches, median_ms) == 1
 
 
+@pytest.mark.parametrize("n,medians,offset_rel,expect", [
+    (4, [24.0, 24.05, 24.0, 24.04], 0.00375, 4),  # 0.11% of sd: the model's 0.375% asks for 3, it has 4
+    (4, [23.9, 24.1, 23.95, 24.2], 0.00375, 6),   # 0.57% of sd: (0.57 / 0.25)^2 = 5.2
+    (4, [23.66, 24.46, 23.9, 24.2], 0.00375, 8),  # 1.45% (relu(x + y) on 4M floats, session 20): the cap
+    (4, [23.9, 24.1, 23.95, 24.2], 0.02, 8),      # a model above what was seen counts
+    (1, [24.0], 0.01, 1),                         # one process: nothing to go on
+    (8, [23.0, 25.0, 24.0], 0.0, 8),              # at the cap already
+])
+def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, expect):
+    from harness.timing import processes_needed
+    assert processes_needed(_timing(processes_max=8), n, medians, offset_rel) == expect
+    assert processes_needed(_timing(processes_max=5), n, medians, offset_rel) == max(n, min(expect, 5))
+    assert processes_needed(_timing(processes_max=8, processes_target_rel=0), n, medians, offset_rel) == n
+    assert processes_needed(_timing(), n, medians, offset_rel) == n  # the default: no more than `processes`
+
+
+def test_no_more_pairs_than_fit_in_the_budget():
+    from harness.timing import pairs_within_budget
+    first = _measurement([1.0], [1.0])          # 0.5 s in all; its kept rounds' walls 2 ms a side
+    t = _timing(processes_budget_s=2.5, processes_rounds=3)
+    assert pairs_within_budget(t, [first]) == 125         # (2.5 - 0.5) / (4 x (2 + 2) ms)
+    first.cand.rounds = [(50.0, 1.0, 10, True), (40.0, 1.0, 10, True), (60.0, 1.0, 10, True)]
+    first.ref.rounds = [(50.0, 1.0, 10, True)]
+    assert pairs_within_budget(t, [first]) == 5           # (2.5 - 0.5) / (4 x (50 + 50) ms)
+    further = _measurement([1.0], [1.0])
+    further.seconds = 0.3
+    assert pairs_within_budget(t, [first, further, further]) == 4   # (2.5 - 1.1) / 0.3 = 4.7
+    assert pairs_within_budget(_timing(processes_budget_s=1.0), [first, further, further]) == 0
+    assert pairs_within_budget(_timing(processes_budget_s=0), [first]) is None
+
+
 def _measurement(cand: list[float], ref: list[float], **kw):
     from harness.timing import Measurement, Side
 
@@ -75,7 +106,8 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
     from harness.evaluation import evaluate
     from harness.problems import find_problem
     from harness.reference import ReferenceSession
-    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3})
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3,
+                                       "timing.processes_max": 3, "timing.processes_budget_s": 0})
     prob = find_problem(ROOT / "tests/problems/relu_add.py")
     with ReferenceSession(prob, cfg, "cpu", "small", None) as ref:
         r = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)
@@ -92,6 +124,38 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
         assert r2.status.value == "passed", (r2.error, r2.log_tail)
         assert [w.pid for w in ref.extra] == extra
     assert ref.extra == []
+
+
+def test_a_second_wave_of_processes_where_the_first_ones_disagree():
+    """Real processes: two a side at first, then (a target no spread meets) one more each, up to
+    processes_max; the further pairs pooled as the first ones are, the reference's kept."""
+    from harness.evaluation import evaluate
+    from harness.problems import find_problem
+    from harness.reference import ReferenceSession
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 2,
+                                       "timing.processes_max": 3, "timing.processes_target_rel": 1e-9,
+                                       "timing.processes_budget_s": 0})
+    prob = find_problem(ROOT / "tests/problems/relu_add.py")
+    with ReferenceSession(prob, cfg, "cpu", "small", None) as ref:
+        r = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)
+        assert r.status.value == "passed", (r.error, r.log_tail)
+        assert r.timing_method["processes"] == {"candidate": 3, "reference": 3}
+        assert len(r.timing_method["pair_medians_ms"]) == 3
+        assert r.runtime_stats.count >= 3 * cfg.timing.cpu_min_calls
+        assert len(ref.extra) == 2
+
+
+def test_a_budget_spent_starts_no_further_processes():
+    """The budget (timing.processes_budget_s) spent by the first pair: one process a side, and the
+    record says how many the offsets asked for."""
+    from harness.evaluation import evaluate
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3,
+                                       "timing.processes_budget_s": 0.001})
+    r = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", ROOT / "tests/problems/relu_add.py", cfg)
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert r.timing_method["processes"] == {"candidate": 1, "reference": 1}
+    assert r.timing_method["processes_wanted"] == {"candidate": 3, "reference": 3}
+    assert "pair_medians_ms" not in r.timing_method and r.phases.processes_s == 0
 
 
 def test_one_process_a_side_by_default_on_the_cpu():
@@ -112,7 +176,8 @@ def test_a_batch_times_each_side_in_several_processes_from_its_standbys(tmp_path
         (sols.parent / "relu_add").mkdir(parents=True, exist_ok=True)
         (sols / f"s{i}.py").write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                                        f"    def forward(self, a, b):\n        return {body}\n")
-    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 2,
+    cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 2, "timing.processes_max": 2,
+                                       "timing.processes_budget_s": 0,
                                        "batch.cpu_concurrent_evaluations": 2})
     run = tmp_path / "run"
     summary = run_batch([str(tmp_path / "sols")], cfg, problem_roots=[str(ROOT / "tests/problems")], out=str(run),

@@ -1,6 +1,6 @@
 # expect: status=rejected flags=timer_mismatch,no_custom_kernel
 # problem: tests/problems/relu_add.py
-# config: timing.processes_when=always timing.processes=2
+# config: timing.processes_when=always timing.processes=2 timing.processes_max=2 timing.processes_budget_s=0
 # Honest in the first process it is loaded in, which runs the trials and the first timing; in every
 # later process (a side timed in several, timing.processes_for) it hides its 3 ms a call from the
 # timing loop. Checked as one pool, the first process's honest rounds would vouch for the host
