@@ -10,7 +10,7 @@ baseline off, since it measures something else), it reports:
   - agreement with Nsight Compute's gpu__time_duration (--clock-control none, --cache-control all),
     summed over the kernels of one forward;
   - wall time spent timing one solution (candidate and reference together).
-Usage: python bench/fidelity.py [--runs 5] [--no-ncu] [--only NAME...] [--set KEY=VALUE] [--out bench/out]
+Usage: python bench/fidelity.py [--runs 5] [--fresh-reference] [--no-ncu] [--only NAME...] [--set KEY=VALUE] [--out bench/out]
 """
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ def write_files(tmp: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+FRESH_REFERENCE = False  # --fresh-reference: a reference session per run
 OVERRIDES: dict = {}  # --set KEY=VALUE: harness config for every harness run (an A/B of a timing knob)
 
 
@@ -114,28 +115,39 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
                              "timing.flush_method": flush, **OVERRIDES})
     meds, walls, refs, counts, tele = [], [], [], [], []
     problem = find_problem(prob)
-    # one live reference for the runs (as a batch does); each run is a fresh candidate process
-    with ReferenceSession(problem, cfg, "cuda", "full", None) as ref:
+
+    def run(ref):
+        r = evaluate(sol, problem, cfg, reference=ref)
+        assert r.status.value == "passed", (r.status, r.error, r.flags)
+        meds.append(r.runtime_ms)
+        refs.append(r.ref_runtime_ms)
+        walls.append(r.phases.timing_s)
+        counts.append(r.runtime_stats.count)
+        tm = r.timing_method
+        tele.append({"cand_ms": r.runtime_ms, "ref_ms": r.ref_runtime_ms, "temp_c": tm.get("temperature_c"),
+                     "power_w_max": tm.get("power_w_max"), "power_capped_ms": tm.get("power_capped_ms"),
+                     "thermal_ms": tm.get("thermal_limited_ms"), "reasons": tm.get("clock_event_reasons"),
+                     "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
+                     "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s"),
+                     "hold_us": tm.get("launch_hold_us"), "method": tm.get("method"),
+                     "events_ms": (tm.get("events_median_ms") or {}).get("candidate"),
+                     "speedup": r.speedup, "ci": r.speedup_ci, "ci_calls": tm.get("speedup_ci_calls"),
+                     "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
+                     "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls")),
+                     "processes": tm.get("processes"), "pair_medians_ms": tm.get("pair_medians_ms")})
+        print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)
+        return r
+
+    # each run is a fresh candidate process; by default against one live reference (as a batch
+    # does), with --fresh-reference each against its own (as separate `harness eval` calls are)
+    if FRESH_REFERENCE:
         for _ in range(runs):
-            r = evaluate(sol, problem, cfg, reference=ref)
-            assert r.status.value == "passed", (r.status, r.error, r.flags)
-            meds.append(r.runtime_ms)
-            refs.append(r.ref_runtime_ms)
-            walls.append(r.phases.timing_s)
-            counts.append(r.runtime_stats.count)
-            tm = r.timing_method
-            tele.append({"cand_ms": r.runtime_ms, "ref_ms": r.ref_runtime_ms, "temp_c": tm.get("temperature_c"),
-                         "power_w_max": tm.get("power_w_max"), "power_capped_ms": tm.get("power_capped_ms"),
-                         "thermal_ms": tm.get("thermal_limited_ms"), "reasons": tm.get("clock_event_reasons"),
-                         "sm_mhz": tm.get("sm_clock_mhz_after_rounds"), "mem_mhz": tm.get("mem_clock_mhz"),
-                         "retaken": len(tm.get("rounds_retaken") or []), "wall_s": tm.get("timing_wall_s"),
-                         "hold_us": tm.get("launch_hold_us"), "method": tm.get("method"),
-                         "events_ms": (tm.get("events_median_ms") or {}).get("candidate"),
-                         "speedup": r.speedup, "ci": r.speedup_ci, "ci_calls": tm.get("speedup_ci_calls"),
-                         "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
-                         "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls")),
-                         "processes": tm.get("processes"), "pair_medians_ms": tm.get("pair_medians_ms")})
-            print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)
+            with ReferenceSession(problem, cfg, "cuda", "full", None) as ref:
+                r = run(ref)
+    else:
+        with ReferenceSession(problem, cfg, "cuda", "full", None) as ref:
+            for _ in range(runs):
+                r = run(ref)
     return meds, refs, walls, counts, r, tele
 
 
@@ -205,7 +217,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="harness config override for the harness runs, e.g. timing.launch_hold_us=0")
+    ap.add_argument("--fresh-reference", action="store_true",
+                    help="each run starts its own reference session, as separate `harness eval` calls do")
     args = ap.parse_args()
+    global FRESH_REFERENCE
+    FRESH_REFERENCE = args.fresh_reference
     for kv in args.set:
         k, v = kv.split("=", 1)
         OVERRIDES[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
@@ -242,6 +258,7 @@ def main() -> None:
         print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     lines = [f"# Timing fidelity on {gpu}", "",
              *([f"Harness config overrides: {OVERRIDES}", ""] if OVERRIDES else []),
+             *(["Each run against its own reference session (--fresh-reference).", ""] if FRESH_REFERENCE else []),
              f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "
              "defaults: cold L2 by a read flush, fresh inputs per call, interleaved rounds, adaptive stopping). "
              "ncu: gpu__time_duration.sum per forward, --clock-control none --cache-control all. do_bench: "

@@ -16,8 +16,14 @@ def _console(stderr: bool = True):
 
 
 def _config(config_path: Optional[str], **overrides):
+    from pydantic import ValidationError
+
     from .config import load_config
-    return load_config(config_path, {k: v for k, v in overrides.items() if v is not None})
+    try:
+        return load_config(config_path, {k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:  # a misspelt or mistyped key: name it, not a traceback
+        why = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise click.BadParameter(why, param_hint=f"--config {config_path}" if config_path else "an option") from None
 
 
 # set by entry(), the `harness` command itself (tests invoke `main` in their own process)

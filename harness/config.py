@@ -8,19 +8,24 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_TOML = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
 
 
-class Timeouts(BaseModel):
+class _Section(BaseModel):
+    # a misspelt key in a config file or --set is an error, not a setting silently left at its default
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timeouts(_Section):
     compile_s: float = 300
     load_s: float = 60
     run_s: float = 120
     problem_s: float = 120
 
 
-class Tolerance(BaseModel):
+class Tolerance(_Section):
     atol: float
     rtol: float
     rel_l2: float
@@ -34,7 +39,7 @@ def _default_tols() -> dict[str, Tolerance]:
     }
 
 
-class Correctness(BaseModel):
+class Correctness(_Section):
     trials: int = 5
     allow_tf32: bool = False
     extra_shapes: bool = True
@@ -49,7 +54,7 @@ class Correctness(BaseModel):
     tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
 
 
-class Timing(BaseModel):
+class Timing(_Section):
     warmup: int = 3
     min_calls: int = 20
     max_calls: int = 200
@@ -135,7 +140,7 @@ class Timing(BaseModel):
     # 0.5-0.7% of sd between processes (H100), up to twice the model. Up to 8 took its 5-run spread to
     # 0.73% (4: 0.39-1.67%) and the throughput bench's warm batch to 80 s (35 s with one process),
     # while whole runs also move with the same processes: so by default no more than `processes`
-    # (configs/fidelity.toml asks for 8; bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, session 21).
+    # (configs/fidelity.toml: 8 from the start; bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, sessions 21-22).
     processes_max: int = Field(4, ge=1)
     processes_target_rel: float = Field(0.0025, ge=0)
     # a further pair's timed rounds at least, after its warm-up round (min_rounds is the first's);
@@ -146,7 +151,7 @@ class Timing(BaseModel):
     processes_budget_s: float = Field(2.5, ge=0)
 
 
-class Hardening(BaseModel):
+class Hardening(_Section):
     max_speedup: float = 50.0
     # make the evaluating process non-dumpable (Linux): a solution, though a descendant, can then not
     # read the reference's outputs out of its memory through /proc or ptrace
@@ -165,7 +170,7 @@ class Hardening(BaseModel):
     clock_check_confirmations: int = Field(2, ge=1)
 
 
-class Batch(BaseModel):
+class Batch(_Section):
     # each GPU slot keeps this many candidate children started ahead (interpreter and torch import
     # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
     # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
@@ -209,7 +214,7 @@ class Batch(BaseModel):
     lend_timing_cpus: bool = True
 
 
-class Config(BaseModel):
+class Config(_Section):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     size: Literal["auto", "full", "small"] = "auto"
     dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"

@@ -54,6 +54,17 @@ def test_unknown_problem_is_a_usage_error():
     assert p.returncode != 0 and "no problem" in p.stderr
 
 
+def test_a_misspelt_config_key_is_a_usage_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[timing]\nproceses = 8\n")  # one s short: must not time with the default instead
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "tests/fixtures/cpu/honest_cpp.py",
+                        "--problem", "tests/problems/relu_add.py", "--device", "cpu", "--config", str(bad)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "timing.proceses" in p.stderr and "Traceback" not in p.stderr
+    assert p.stdout == ""
+
+
 def test_help_is_fast_and_imports_no_torch():
     p = subprocess.run([sys.executable, "-c", "import sys, harness.cli; print('torch' in sys.modules)"],
                        cwd=ROOT, capture_output=True, text=True)

@@ -224,6 +224,22 @@ def test_config_layers(tmp_path):
     assert cfg.digest() != load_config().digest()
 
 
+def test_every_shipped_config_loads_and_unknown_keys_are_refused(tmp_path):
+    import pydantic
+
+    shipped = sorted((ROOT / "configs").glob("*.toml"))
+    assert len(shipped) >= 3
+    for path in shipped:
+        load_config(path)
+    assert load_config(ROOT / "configs/fidelity.toml").timing.processes == 8
+    for bad in ("[timing]\nbudget = 1.0\n", "[batch]\nworkers = 2\n", "devices = 'cuda'\n"):
+        (tmp_path / "bad.toml").write_text(bad)
+        with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
+            load_config(tmp_path / "bad.toml")
+    with pytest.raises(pydantic.ValidationError):
+        load_config(None, {"timing.min_call": 3})
+
+
 def test_dtype_option_casts_inputs_and_both_models():
     from conftest import ROOT, make_config
     from harness.evaluation import evaluate

@@ -60,6 +60,20 @@ def span_child():
     return torch, timing, rec, random.Random()
 
 
+def arg(name: str, default):
+    """`name VALUE` from this process's command line, as the default's type; else the default."""
+    return type(default)(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def relu_add_4m_child():
+    """A child's start for timing relu(x + y) on 4M floats by kernel spans (the session-22 diagnoses):
+    (torch, harness.timing, the runner with its span recorder, an RNG, the recorder)."""
+    torch, timing, rec, rng = span_child()
+    runner = relu_runner(torch, 1 << 22, 2)
+    runner.span_recorder = lambda: rec
+    return torch, timing, runner, rng, rec
+
+
 def entry(child, main, procs: int) -> None:
     """`script --child` runs one child; `script [--procs N]` runs main(N) over N fresh children."""
     if "--child" in sys.argv:
