@@ -30,7 +30,7 @@ from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerT
 from .kernels import ran as kernels_ran
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
-from .reference import ReferenceSession
+from .reference import ReferenceError, ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
@@ -64,7 +64,10 @@ def resolve_size(cfg: Config, device: str) -> str:
 
 
 def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
-    tol = cfg.correctness.tol[dtype or meta.get("dtype", "fp32")].model_copy()
+    name = dtype or meta.get("dtype", "fp32")
+    if name not in cfg.correctness.tol:  # the problem's HARNESS_META names one the harness has none for
+        raise ReferenceError(f"HARNESS_META dtype {name!r} is not one of {', '.join(cfg.correctness.tol)}")
+    tol = cfg.correctness.tol[name].model_copy()
     for k in ("atol", "rtol", "rel_l2"):
         if meta.get(k) is not None and dtype in (None, meta.get("dtype", "fp32")):
             setattr(tol, k, float(meta[k]))

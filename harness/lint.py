@@ -1,6 +1,7 @@
 """The problem linter (`harness problems check`): flags problems that a cheat could pass without
 computing anything, because their output is nearly constant, does not depend on the inputs or on the
-weights, or lies within tolerance of zero. The reference runs in worker processes like any other."""
+weights, or lies within tolerance of zero; and problems whose HARNESS_META the harness would read in
+part or not at all. The reference runs in worker processes like any other."""
 from __future__ import annotations
 
 import random
@@ -14,7 +15,7 @@ from .correctness import compare_tensors
 from .evaluation import tolerance_for
 from .problems import Problem
 from .records import Command
-from .reference import ReferenceSession, read_meta
+from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -60,7 +61,10 @@ def analyse(o1, o2, o3, params: int, atol: float, rtol: float, rel_l2: float) ->
 def lint_problem(problem: Problem, cfg: Config, device: str, size: str) -> dict[str, Any]:
     rng = random.Random(secrets.randbits(64))
     meta = read_meta(problem)
-    tol = tolerance_for(cfg, None if cfg.dtype == "auto" else cfg.dtype, meta)
+    try:
+        tol = tolerance_for(cfg, None if cfg.dtype == "auto" else cfg.dtype, meta)
+    except ReferenceError:  # a dtype it has no tolerance for: named by the meta check, nothing to run
+        return _with_meta(problem, {"problem": problem.name, "flags": [], "notes": {}})
     cmd = Command(op="lint", init_seed=rng.getrandbits(62), init_seed_b=rng.getrandbits(62),
                   seeds=[rng.getrandbits(62), rng.getrandbits(62)], atol=tol.atol, rtol=tol.rtol,
                   rel_l2=tol.rel_l2)
@@ -73,7 +77,16 @@ def lint_problem(problem: Problem, cfg: Config, device: str, size: str) -> dict[
         if not reply.ok:
             raise RuntimeError(reply.error)
     except Exception as e:  # noqa: BLE001 - a problem that cannot run is reported, not raised
-        return {"problem": problem.name, "flags": ["broken"], "notes": {"broken": str(e)[:500]}}
+        return _with_meta(problem, {"problem": problem.name, "flags": ["broken"], "notes": {"broken": str(e)[:500]}})
     finally:
         w.close()
-    return {"problem": problem.name, "flags": reply.flags, "notes": reply.notes}
+    return _with_meta(problem, {"problem": problem.name, "flags": reply.flags, "notes": reply.notes})
+
+
+def _with_meta(problem: Problem, report: dict[str, Any]) -> dict[str, Any]:
+    """The report, flagged `bad_meta` where the problem's HARNESS_META would be read in part or not at all."""
+    issues = meta_issues(problem)
+    if issues:
+        report["flags"] = sorted({*report["flags"], "bad_meta"})
+        report["notes"] = {**report["notes"], "bad_meta": "; ".join(issues)}
+    return report

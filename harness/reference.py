@@ -48,20 +48,69 @@ def make_plan(rng: random.Random, trials: int, extra_shapes: list[dict[str, Any]
     return TrialPlan(init_seed=rng.getrandbits(62), seeds=seeds, shapes=shapes, shape_names=names)
 
 
-def read_meta(problem: Problem) -> dict[str, Any]:
-    """HARNESS_META read without importing the problem (the parent imports no problem code)."""
+def _meta_node(problem: Problem):
+    """The expression assigned to HARNESS_META at the module's top level, or None."""
     import ast
     try:
         tree = ast.parse(problem.text)
     except SyntaxError:
-        return {}
+        return None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HARNESS_META" for t in node.targets):
-            try:
-                return dict(ast.literal_eval(node.value))
-            except (ValueError, SyntaxError):
-                return {}
-    return {}
+            return node.value
+    return None
+
+
+def read_meta(problem: Problem) -> dict[str, Any]:
+    """HARNESS_META read without importing the problem (the parent imports no problem code)."""
+    import ast
+    node = _meta_node(problem)
+    try:
+        meta = ast.literal_eval(node) if node is not None else {}
+    except (ValueError, SyntaxError, TypeError):
+        return {}
+    return dict(meta) if isinstance(meta, dict) else {}
+
+
+NUMBER = (int, float)
+# what the harness reads, and what each must be (problems/FORMAT.md); expect_flags: what the linter
+# must flag, for its own test problems (tests/lint_problems)
+META_KEYS: dict[str, Any] = {
+    "level": lambda v: v in (1, 2, 3), "dtype": lambda v: v in ("fp32", "fp16", "bf16"),
+    "atol": lambda v: v is None or isinstance(v, NUMBER), "rtol": lambda v: v is None or isinstance(v, NUMBER),
+    "rel_l2": lambda v: v is None or isinstance(v, NUMBER), "flops": lambda v: v is None or isinstance(v, NUMBER),
+    "bytes": lambda v: v is None or isinstance(v, NUMBER), "train": lambda v: isinstance(v, bool),
+    "small": lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+    "extra_shapes": lambda v: isinstance(v, list) and all(isinstance(s, dict) and all(isinstance(k, str) for k in s) for s in v),
+    "expect_flags": lambda v: isinstance(v, list),
+}
+
+
+def meta_issues(problem: Problem) -> list[str]:
+    """What is wrong with a problem's HARNESS_META that evaluating it would pass over without a word:
+    not a literal dict (none of it is read), a key the harness does not read (a misspelt one leaves
+    its setting at the default), a value of the wrong kind."""
+    import ast
+    import difflib
+    node = _meta_node(problem)
+    if node is None:
+        return []
+    try:
+        meta = ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return [f"HARNESS_META (line {node.lineno}) is not a literal, so none of it is read: write numbers, "
+                "not expressions or names"]
+    if not isinstance(meta, dict):
+        return [f"HARNESS_META is a {type(meta).__name__}, not a dict, so none of it is read"]
+    out = []
+    for k, v in meta.items():
+        ok = META_KEYS.get(k)
+        if ok is None:
+            near = difflib.get_close_matches(str(k), META_KEYS, n=1)
+            out.append(f"{k!r} is not a key the harness reads" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        elif not ok(v):
+            out.append(f"{k!r} = {v!r} is not a value it takes (problems/FORMAT.md)")
+    return out
 
 
 @dataclass

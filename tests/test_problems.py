@@ -52,6 +52,31 @@ def test_linter_flags_degenerate_problems(path):
     assert report["flags"] == sorted(read_meta(problem)["expect_flags"]), report["notes"]
 
 
+def test_meta_that_would_be_read_in_part_or_not_at_all_is_named(tmp_path):
+    from harness.reference import meta_issues, read_meta
+    cases = {
+        "HARNESS_META = {'small': {'N': 8}, 'atol': 1e-3 * 2}\n": "not a literal",
+        "HARNESS_META = [('small', {'N': 8})]\n": "not a dict",
+        "HARNESS_META = {'smal': {'N': 8}}\n": "did you mean 'small'",
+        "HARNESS_META = {'level': 4}\n": "'level' = 4",
+    }
+    for i, (text, why) in enumerate(cases.items()):
+        path = tmp_path / f"p{i}.py"
+        path.write_text(text)
+        issues = meta_issues(find_problem(path))
+        assert len(issues) == 1 and why in issues[0], issues
+    assert read_meta(find_problem(tmp_path / "p0.py")) == {}  # what evaluating it would have read
+    assert all(meta_issues(p) == [] for p in SHIPPED)
+
+
+def test_a_dtype_without_tolerances_fails_the_problem_not_the_harness():
+    from harness.evaluation import tolerance_for
+    from harness.reference import ReferenceError
+    with pytest.raises(ReferenceError, match="'float32' is not one of fp32, fp16, bf16"):
+        tolerance_for(make_config(device="cpu"), None, {"dtype": "float32"})
+    assert tolerance_for(make_config(device="cpu"), None, {"dtype": "fp16", "atol": 0.5}).atol == 0.5
+
+
 def test_problems_check_cli_exit_codes():
     ok = subprocess.run([sys.executable, "-m", "harness.cli", "problems", "check", "--problems", "tests/problems",
                          "--device", "cpu", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
