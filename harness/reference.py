@@ -48,17 +48,33 @@ def make_plan(rng: random.Random, trials: int, extra_shapes: list[dict[str, Any]
     return TrialPlan(init_seed=rng.getrandbits(62), seeds=seeds, shapes=shapes, shape_names=names)
 
 
-def _meta_node(problem: Problem):
-    """The expression assigned to HARNESS_META at the module's top level, or None."""
+def _module(problem: Problem):
+    """The problem's syntax tree, or None where it does not parse."""
     import ast
     try:
-        tree = ast.parse(problem.text)
+        return ast.parse(problem.text)
     except SyntaxError:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HARNESS_META" for t in node.targets):
-            return node.value
-    return None
+
+
+def _top_names(tree) -> dict[str, Any]:
+    """Each name the module assigns at its top level, and the expression last assigned to it."""
+    import ast
+    out: dict[str, Any] = {}
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for n in ast.walk(t):  # `A = B = 1` and `A, B = 1, 2` alike
+                    if isinstance(n, ast.Name):
+                        out[n.id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = node.value
+    return out
+
+
+def _meta_node(problem: Problem):
+    """The expression assigned to HARNESS_META at the module's top level, or None."""
+    return _top_names(_module(problem)).get("HARNESS_META")
 
 
 def read_meta(problem: Problem) -> dict[str, Any]:
@@ -72,14 +88,14 @@ def read_meta(problem: Problem) -> dict[str, Any]:
     return dict(meta) if isinstance(meta, dict) else {}
 
 
-NUMBER = (int, float)
+_NUMBER = (int, float)
 # what the harness reads, and what each must be (problems/FORMAT.md); expect_flags: what the linter
 # must flag, for its own test problems (tests/lint_problems)
 META_KEYS: dict[str, Any] = {
     "level": lambda v: v in (1, 2, 3), "dtype": lambda v: v in ("fp32", "fp16", "bf16"),
-    "atol": lambda v: v is None or isinstance(v, NUMBER), "rtol": lambda v: v is None or isinstance(v, NUMBER),
-    "rel_l2": lambda v: v is None or isinstance(v, NUMBER), "flops": lambda v: v is None or isinstance(v, NUMBER),
-    "bytes": lambda v: v is None or isinstance(v, NUMBER), "train": lambda v: isinstance(v, bool),
+    "atol": lambda v: v is None or isinstance(v, _NUMBER), "rtol": lambda v: v is None or isinstance(v, _NUMBER),
+    "rel_l2": lambda v: v is None or isinstance(v, _NUMBER), "flops": lambda v: v is None or isinstance(v, _NUMBER),
+    "bytes": lambda v: v is None or isinstance(v, _NUMBER), "train": lambda v: isinstance(v, bool),
     "small": lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
     "extra_shapes": lambda v: isinstance(v, list) and all(isinstance(s, dict) and all(isinstance(k, str) for k in s) for s in v),
     "expect_flags": lambda v: isinstance(v, list),
@@ -89,10 +105,12 @@ META_KEYS: dict[str, Any] = {
 def meta_issues(problem: Problem) -> list[str]:
     """What is wrong with a problem's HARNESS_META that evaluating it would pass over without a word:
     not a literal dict (none of it is read), a key the harness does not read (a misspelt one leaves
-    its setting at the default), a value of the wrong kind."""
+    its setting at the default), a value of the wrong kind, a size in `small` or `extra_shapes` that
+    names no constant of the module (it would be set, read by nothing, and the size left as it is)."""
     import ast
     import difflib
-    node = _meta_node(problem)
+    names = _top_names(_module(problem))
+    node = names.get("HARNESS_META")
     if node is None:
         return []
     try:
@@ -110,6 +128,13 @@ def meta_issues(problem: Problem) -> list[str]:
             out.append(f"{k!r} is not a key the harness reads" + (f" (did you mean {near[0]!r}?)" if near else ""))
         elif not ok(v):
             out.append(f"{k!r} = {v!r} is not a value it takes (problems/FORMAT.md)")
+        elif k in ("small", "extra_shapes"):
+            for size in ([v] if k == "small" else v):
+                for name in size:
+                    if name not in names:
+                        near = difflib.get_close_matches(name, [n for n in names if n != "HARNESS_META"], n=1)
+                        out.append(f"{k} sets {name!r}, which the module does not define"
+                                   + (f" (did you mean {near[0]!r}?)" if near else ""))
     return out
 
 

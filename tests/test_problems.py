@@ -59,6 +59,8 @@ def test_meta_that_would_be_read_in_part_or_not_at_all_is_named(tmp_path):
         "HARNESS_META = [('small', {'N': 8})]\n": "not a dict",
         "HARNESS_META = {'smal': {'N': 8}}\n": "did you mean 'small'",
         "HARNESS_META = {'level': 4}\n": "'level' = 4",
+        "batch_size = 64\nHARNESS_META = {'small': {'batchsize': 8}}\n": "did you mean 'batch_size'",
+        "N: int = 64\nHARNESS_META = {'extra_shapes': [{'N': 3}, {'M': 3}]}\n": "sets 'M'",
     }
     for i, (text, why) in enumerate(cases.items()):
         path = tmp_path / f"p{i}.py"
