@@ -19,16 +19,16 @@ class _Section(BaseModel):
 
 
 class Timeouts(_Section):
-    compile_s: float = 300
-    load_s: float = 60
-    run_s: float = 120
-    problem_s: float = 120
+    compile_s: float = Field(300, gt=0)
+    load_s: float = Field(60, gt=0)
+    run_s: float = Field(120, gt=0)
+    problem_s: float = Field(120, gt=0)
 
 
 class Tolerance(_Section):
-    atol: float
-    rtol: float
-    rel_l2: float
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    rel_l2: float = Field(ge=0)
 
 
 def _default_tols() -> dict[str, Tolerance]:
@@ -40,7 +40,7 @@ def _default_tols() -> dict[str, Tolerance]:
 
 
 class Correctness(_Section):
-    trials: int = 5
+    trials: int = Field(5, ge=1)  # a pass always rests on whole outputs compared, not only fingerprints
     allow_tf32: bool = False
     extra_shapes: bool = True
     # GPU: list the kernels of one forward, after timing (CUPTI slows the launches of its process),
@@ -55,11 +55,11 @@ class Correctness(_Section):
 
 
 class Timing(_Section):
-    warmup: int = 3
-    min_calls: int = 20
-    max_calls: int = 200
-    target_rel_sem: float = 0.005
-    budget_s: float = 2.5
+    warmup: int = Field(3, ge=0)
+    min_calls: int = Field(20, ge=2)
+    max_calls: int = Field(200, ge=2)
+    target_rel_sem: float = Field(0.005, ge=0)
+    budget_s: float = Field(2.5, ge=0)
     flush_l2: bool = True
     # read: a reduction over the flush buffer leaves L2 holding clean lines, as after Nsight Compute's
     # cache control; write (do_bench's zero_()) leaves ~L2-size of dirty lines whose write-back lands
@@ -76,17 +76,17 @@ class Timing(_Section):
     # measured in the warm-up round, + 50 us; a number: that many us; 0: none.
     launch_hold_us: Union[Literal["auto"], float] = "auto"
     launch_hold_max_us: float = 5000.0
-    cpu_min_calls: int = 5
-    cpu_threads: int = 1
-    round_calls: int = 10
+    cpu_min_calls: int = Field(5, ge=2)
+    cpu_threads: int = Field(1, ge=1)
+    round_calls: int = Field(10, ge=1)
     cuda_graph: bool = False
     compile_baseline: Literal["auto", "on", "off"] = "auto"
-    throttle_ratio: float = 0.75
+    throttle_ratio: float = Field(0.75, ge=0, le=1)
     # a GPU round in which a side's process waited this fraction of the round's wall time for a CPU
     # (runnable, not running: /proc/<pid>/schedstat) is re-taken: host contention stretches launch
     # gaps into the events and overhead into the host clocks, on one side only
-    max_runqueue_frac: float = 0.05
-    min_rounds: int = 5
+    max_runqueue_frac: float = Field(0.05, ge=0, le=1)
+    min_rounds: int = Field(5, ge=1)
     # GPU: the standard deviation of the offset a process adds to a kernel's median, in us, whatever
     # the number of calls (a fresh process's GPU context; not its streams, flush buffer, code
     # placement, CPU or NaN poison: bench/diag/process_bias.py, poison_effect.py). Measured on an
@@ -152,7 +152,7 @@ class Timing(_Section):
 
 
 class Hardening(_Section):
-    max_speedup: float = 50.0
+    max_speedup: float = Field(50.0, gt=0)
     # make the evaluating process non-dumpable (Linux): a solution, though a descendant, can then not
     # read the reference's outputs out of its memory through /proc or ptrace
     protect_parent: bool = True
@@ -174,7 +174,7 @@ class Batch(_Section):
     # each GPU slot keeps this many candidate children started ahead (interpreter and torch import
     # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
     # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
-    standby_workers: int = 2
+    standby_workers: int = Field(2, ge=0)
     # a GPU slot's standbys also make their CUDA context and build the launch hold (worker._prime:
     # 0.7 s of each candidate's load on an H200 machine), in the slot's untimed phases
     prime_standbys: bool = True
@@ -183,7 +183,7 @@ class Batch(_Section):
     fork_standbys: bool = True
     # evaluations in flight per GPU slot: their untimed phases (start, trials, judging, kernel
     # listing: mostly host latency) overlap; timing has the GPU to itself (sharing.py)
-    concurrent_evaluations: int = 4
+    concurrent_evaluations: int = Field(4, ge=1)
     # an evaluation readying its kernel list after its timing (milliseconds through CUPTI, seconds
     # of host work in torch.profiler's start-up) leaves its lane to another, up to twice
     # `concurrent_evaluations` in flight (sharing.DeviceGate.background)
@@ -205,10 +205,10 @@ class Batch(_Section):
     # `quiet_probes` in a row take under `quiet_probe_us` (another context's queued work makes the GPU
     # time-slice, and a probe then waits for it); at most `quiet_max_s`, then timed anyway, flagged
     quiet_probe_us: float = 200.0
-    quiet_probes: int = 3
+    quiet_probes: int = Field(3, ge=1)
     quiet_max_s: float = 10.0
     # the same on the CPU slot: 1, since there every phase competes with timing for the same cores
-    cpu_concurrent_evaluations: int = 1
+    cpu_concurrent_evaluations: int = Field(1, ge=1)
     # builds also run on the GPU slots' timing CPUs while no timing phase holds them, and are moved
     # off before one starts (cpus.Lender); false: they never run there
     lend_timing_cpus: bool = True

@@ -238,6 +238,11 @@ def test_every_shipped_config_loads_and_unknown_keys_are_refused(tmp_path):
             load_config(tmp_path / "bad.toml")
     with pytest.raises(pydantic.ValidationError):
         load_config(None, {"timing.min_call": 3})
+    # values that would pass a solution on fingerprints alone, or divide by zero in the timing loop
+    for bad in ({"correctness.trials": 0}, {"timing.round_calls": 0}, {"timing.throttle_ratio": 1.5},
+                {"correctness.tol.fp32.atol": -1.0}):
+        with pytest.raises(pydantic.ValidationError):
+            load_config(None, bad)
 
 
 def test_dtype_option_casts_inputs_and_both_models():
