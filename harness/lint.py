@@ -59,12 +59,22 @@ def analyse(o1, o2, o3, params: int, atol: float, rtol: float, rel_l2: float) ->
 
 
 def lint_problem(problem: Problem, cfg: Config, device: str, size: str) -> dict[str, Any]:
+    """The problem's flags and their notes: what its outputs show (run in a reference worker), and
+    `bad_meta` where its HARNESS_META would be read in part or not at all."""
+    flags, notes = _outputs(problem, cfg, device, size)
+    issues = meta_issues(problem)
+    if issues:
+        flags, notes = sorted({*flags, "bad_meta"}), {**notes, "bad_meta": "; ".join(issues)}
+    return {"problem": problem.name, "flags": flags, "notes": notes}
+
+
+def _outputs(problem: Problem, cfg: Config, device: str, size: str) -> tuple[list[str], dict[str, str]]:
     rng = random.Random(secrets.randbits(64))
     meta = read_meta(problem)
     try:
         tol = tolerance_for(cfg, None if cfg.dtype == "auto" else cfg.dtype, meta)
     except ReferenceError:  # a dtype it has no tolerance for: named by the meta check, nothing to run
-        return _with_meta(problem, {"problem": problem.name, "flags": [], "notes": {}})
+        return [], {}
     cmd = Command(op="lint", init_seed=rng.getrandbits(62), init_seed_b=rng.getrandbits(62),
                   seeds=[rng.getrandbits(62), rng.getrandbits(62)], atol=tol.atol, rtol=tol.rtol,
                   rel_l2=tol.rel_l2)
@@ -77,16 +87,7 @@ def lint_problem(problem: Problem, cfg: Config, device: str, size: str) -> dict[
         if not reply.ok:
             raise RuntimeError(reply.error)
     except Exception as e:  # noqa: BLE001 - a problem that cannot run is reported, not raised
-        return _with_meta(problem, {"problem": problem.name, "flags": ["broken"], "notes": {"broken": str(e)[:500]}})
+        return ["broken"], {"broken": str(e)[:500]}
     finally:
         w.close()
-    return _with_meta(problem, {"problem": problem.name, "flags": reply.flags, "notes": reply.notes})
-
-
-def _with_meta(problem: Problem, report: dict[str, Any]) -> dict[str, Any]:
-    """The report, flagged `bad_meta` where the problem's HARNESS_META would be read in part or not at all."""
-    issues = meta_issues(problem)
-    if issues:
-        report["flags"] = sorted({*report["flags"], "bad_meta"})
-        report["notes"] = {**report["notes"], "bad_meta": "; ".join(issues)}
-    return report
+    return list(reply.flags), dict(reply.notes)
