@@ -143,7 +143,8 @@ class Timing(_Section):
     # (configs/fidelity.toml: 8 from the start; bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, sessions 21-22).
     processes_max: int = Field(4, ge=1)
     processes_target_rel: float = Field(0.0025, ge=0)
-    # a further pair's timed rounds at least, after its warm-up round (min_rounds is the first's);
+    # a further pair's timed rounds at least (min_rounds is the first's), under the first pair's
+    # hold and without a warm-up round (its processes had one when they started, timing.warm_up);
     # it records kernel spans where the first pair did, without the rounds that decide that
     processes_rounds: int = Field(3, ge=1)
     # no more pairs are started than fit, at the pairs' cost so far, into this much timing wall for

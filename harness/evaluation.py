@@ -48,6 +48,9 @@ class Failure(Exception):
         self.status, self.error, self.flags, self.log = status, error, flags or [], log
 
 
+FURTHER_POISON_BYTES = 1 << 30
+
+
 def resolve_device(cfg: Config) -> str:
     if cfg.device != "auto":
         if cfg.device == "cuda":
@@ -196,10 +199,14 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         t0 = clock()
         setup, env = ref.setup_dict("candidate", str(module)), child_env(ext, device, env_extra)
 
-        def spawn(phase) -> Worker:  # a process of the candidate's, stopped by others' timing from its start
+        def spawn(phase, further: bool = False) -> Worker:  # a candidate's process, stopped by others' timing from its start
+            # a further process (timing only) poisons less of the GPU's memory: several start at
+            # once, each saw the same free memory, and 7 taking 8 GB each ran an H100 out of it
+            # (another evaluation's import failed); its outputs are checked by fingerprints
+            s = {**setup, "poison_max_bytes": FURTHER_POISON_BYTES} if further else setup
             if standby:
-                return standby.take(setup, env, cfg.timeouts.load_s, on_worker=phase.add)
-            w = Worker(setup, env=env)
+                return standby.take(s, env, cfg.timeouts.load_s, on_worker=phase.add)
+            w = Worker(s, env=env)
             phase.add(w)
             return w
 
@@ -216,7 +223,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             imports the solution and builds ModelNew from the same seed; every timed call's output is
             checked against the reference's, as the first process's are. Returns all of them."""
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
-                new = [spawn(phase) for _ in range(n)]
+                new = [spawn(phase, further=True) for _ in range(n)]
                 more.extend(new)
                 gate.register(cand, *more)
                 for w in new:
@@ -278,7 +285,17 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             raise Failure(Status.incorrect, f"trial {first.seed_index} ({first.shape}): {first.reason}")
         del cand_trials
 
-        # 6. timing: alternating rounds on the same device, outputs re-checked, clocks cross-checked
+        # 6. timing: alternating rounds on the same device, outputs re-checked, clocks cross-checked.
+        # First, outside the timing phase, what the candidate's process pays once for it (CUPTI's
+        # start, the flush buffer, NVML): 0.16-0.19 s of its first timing request on an H100
+        # (bench/diag/pair_cost.py), while every other evaluation on the GPU waits
+        if device == "cuda":
+            t0 = clock()
+            with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+                phase.add(cand)
+                _ask(cand, warm_up(cfg.timing, ref.rng, cfg.timing.kernel_span != "off"), cfg.timeouts.run_s,
+                     "the first timing request")
+            phases.processes_s += clock() - t0
         t0 = clock()
         gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's
         tcfg = cfg
@@ -304,7 +321,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 # made again on the pooled calls, and noted), fewer rounds, a share of the budget
                 further = {} if pair == 0 else {
                     "compiled": False, "spans": record_spans, "min_rounds": cfg.timing.processes_rounds,
-                    "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max)}
+                    "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max),
+                    "hold_us": first_hold}
                 return measure(c, r, tcfg, ref.rng, cuda=device == "cuda", tol=tol, timeout=cfg.timeouts.run_s,
                                ref_timeout=cfg.timeouts.problem_s, gpu=gpu, **further)
 
@@ -379,7 +397,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                               + ", ".join(seen), seen, log=c.log_tail())
             return m, note
 
+        first_hold = None
         m, note = checked(cand, ref.worker, 0)
+        if device == "cuda":  # further pairs start under the first's launch hold, without a warm-up round
+            first_hold = m.hold_us
         pair_notes = {0: note} if note else {}
         # a short forward of several launches: each side whose process offset is a sizeable share of
         # its median is timed in further processes too (timing.processes_for), each pair measured

@@ -88,8 +88,9 @@ class PhaseTimes(BaseModel):
     # time this evaluation's timing waited for the GPU to be quiet of stopped neighbours' work
     # (sharing.DeviceGate.stoppable); in timing_s
     quiet_s: float = 0.0
-    # starting a candidate's and a problem's further processes, where a side is timed in several
-    # (timing.processes_for); in total_s, not in timing_s
+    # readying processes for timing, outside the timing phase: the candidate's first timing request
+    # (timing.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
+    # a side is timed in several (timing.processes_for); in total_s, not in timing_s
     processes_s: float = 0.0
 
 

@@ -212,6 +212,15 @@ class ReferenceSession:
                 raise ReferenceError(f"problem {self.problem.name}: reference forward failed: {reply.error}")
             from .correctness import load_trial
             self.trials = [load_trial(b) for b in reply.blobs]
+            if self.device == "cuda":
+                # what a process pays once for timing (the launch hold's Triton build where it was not
+                # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's
+                # timing it was 1.1-1.2 s of an H100's timing wall (bench/diag/pair_cost.py)
+                from .timing import warm_up
+                spans = self.cfg.timing.kernel_span != "off"
+                reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng, spans), to)
+                if not reply.ok:
+                    raise ReferenceError(f"problem {self.problem.name}: reference timing failed: {reply.error}")
         except ReferenceError:
             self.close()
             raise

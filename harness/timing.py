@@ -101,38 +101,124 @@ def _gpu_hold(torch):
     return lambda us: spin(us * 1e3)
 
 
-def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
-    """Per output tensor: [numel, sum, abs-sum, L2 norm, a random +-1 projection, k, k values at
-    positions]; the signs and positions come from the call's seed, so a stale or cached output cannot
-    match the reference's fingerprint for these inputs. Every call of a timing round pays for it,
-    outside the interval: the signs and positions are drawn on the output's device, the sums read
-    the output itself (accumulating in float64) rather than a float64 copy, and everything comes back
-    in one copy (positions drawn on the host and copied in, a float64 copy, torch.where and two reads
-    back cost about 0.4 ms more per call on an H100, bench/diag/time_request.py, and twice the time
-    on a CPU at a million elements)."""
+# the projection's signs: one fixed +-1 pattern per output size, the same in every process (a
+# candidate's and the reference's fingerprints of one output must agree)
+_SIGN_SEED = 0x5167_A5ED
+_SIGNS: dict = {}
+PRINT_BUFFER_BYTES = 256 << 20  # a timing request's copies of its outputs, fingerprinted together
+
+
+def _tensors(torch, out) -> list:
+    return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def _reduced_as(torch, t):
+    """The dtype a fingerprint reduces `t` in: the common float types as they are; others (integers,
+    bool, float8, which has next to no arithmetic) through float64."""
+    return t.dtype if t.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16) else torch.float64
+
+
+def _signs(torch, n: int, device):
+    key = (str(device), n)
+    if key not in _SIGNS:
+        if len(_SIGNS) >= 4:  # a process times one or two output sizes; never hold many
+            _SIGNS.clear()
+        gen = torch.Generator(device=device).manual_seed(_SIGN_SEED)
+        _SIGNS[key] = torch.randint(0, 2, (n,), generator=gen, device=device, dtype=torch.int8) * 2 - 1
+    return _SIGNS[key]
+
+
+def _prints(torch, blocks: list, seeds: list[int], npos: int) -> list[list[float]]:
+    """The fingerprints of len(seeds) calls at once: `blocks` holds, per output tensor, a (calls, n)
+    tensor of its flattened values, one row per call (see _fingerprint)."""
     f64 = torch.float64
-    tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
-    fp: list[float] = []
-    for t in tensors:
-        flat = t.detach().reshape(-1)
-        n = flat.numel()
+    parts = []  # per output tensor: n, k, and its (calls, 4 + k) values on the device
+    for b in blocks:
+        n = b.shape[1]
         if not n:
-            fp += [0.0] * 6
+            parts.append((0, 0, None))
             continue
         k = min(npos, n)
-        # the common float types are reduced as they are; others (integers, bool, float8, which has
-        # next to no arithmetic) through a float64 copy
-        d = flat if flat.dtype in (f64, torch.float32, torch.float16, torch.bfloat16) else flat.double()
-        gen = torch.Generator(device=flat.device).manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
-        signs = torch.randint(0, 2, (n,), generator=gen, device=flat.device, dtype=torch.int8)
-        pos = torch.randint(0, n, (k,), generator=gen, device=flat.device)
-        total = d.sum(dtype=f64)
-        proj = 2 * (d * signs).sum(dtype=f64) - total  # sum of s * d over s = +-1; d * signs is exact
-        head = torch.stack([total, torch.linalg.vector_norm(d, 1, dtype=f64),
-                            torch.linalg.vector_norm(d, 2, dtype=f64), proj])
-        vals = torch.cat([head, d[pos].to(f64)]).cpu().tolist()
-        fp += [float(n)] + vals[:4] + [float(k)] + vals[4:]
-    return fp
+        pos = torch.tensor([[r.randrange(n) for _ in range(k)] for r in map(random.Random, seeds)],
+                           dtype=torch.long, device=b.device)
+        # on a GPU, float32 accumulation (of float64 outputs, float64): a float64 sum of a float32
+        # tensor reads a float64 copy of it, made first, and four such sums were most of the
+        # fingerprint's GPU time. The GPU reduces in a tree, within 1e-6 of float64 at 16M elements
+        # (tests/test_gpu.py); a CPU's float32 norms ran up to 2% off there, so a CPU stays in float64.
+        acc = torch.float32 if b.is_cuda and b.dtype != f64 else f64
+        total = b.sum(1, dtype=acc)
+        # summed as it is: 2 * sum(b over s = 1) - sum(b) cancels, and in float32 the output's mean
+        # then shows (1e-4 of the L2 norm at a mean of 1000 over 16M elements)
+        proj = (b * _signs(torch, n, b.device)).sum(1, dtype=acc)  # s * b is exact
+        head = torch.stack([total, torch.linalg.vector_norm(b, 1, dim=1, dtype=acc),
+                            torch.linalg.vector_norm(b, 2, dim=1, dtype=acc), proj], 1).to(f64)
+        parts.append((n, k, torch.cat([head, b.gather(1, pos).to(f64)], 1)))
+    vals = [p[2] for p in parts if p[2] is not None]
+    rows = (vals[0] if len(vals) == 1 else torch.cat(vals, 1)).cpu().tolist() if vals else [[] for _ in seeds]
+    out = []
+    for row in rows:
+        fp: list[float] = []
+        i = 0
+        for n, k, v in parts:
+            if v is None:
+                fp += [0.0] * 6
+                continue
+            fp += [float(n)] + row[i:i + 4] + [float(k)] + row[i + 4:i + 4 + k]
+            i += 4 + k
+        out.append(fp)
+    return out
+
+
+def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
+    """Per output tensor: [numel, sum, abs-sum, L2 norm, a +-1 projection, k, k values at positions].
+    The positions come from the call's seed, so an output cached for other inputs does not match the
+    reference's fingerprint for these even where sums agree; the projection's signs are fixed per
+    output size (any error not orthogonal to them shows). A timing request fingerprints its calls in
+    batches (OutputPrints); this is one call's."""
+    blocks = [t.detach().reshape(1, -1).to(_reduced_as(torch, t)) for t in _tensors(torch, out)]
+    return _prints(torch, blocks, [seed], npos)[0]
+
+
+class OutputPrints:
+    """The fingerprints of a timing request's outputs. Each call's outputs are copied into a row of a
+    buffer (one copy per output tensor, outside the interval), and a batch of rows is reduced at once
+    after the calls: about a dozen small kernels, a readback and a synchronisation per call, and
+    CUPTI records of them all, cost more host time than the forward they follow for a short
+    problem (bench/diag/pair_cost.py). The buffer takes at most PRINT_BUFFER_BYTES and an eighth of
+    the GPU's free memory; an output too large for two rows is fingerprinted in place, call by call."""
+
+    def __init__(self, torch, npos: int, calls: int, free_bytes: Optional[int] = None):
+        self.torch, self.npos, self.calls = torch, npos, calls
+        self.budget = min(PRINT_BUFFER_BYTES, (free_bytes // 8) if free_bytes else PRINT_BUFFER_BYTES)
+        self.fps: list[list[float]] = []
+        self.seeds: list[int] = []
+        self.layout: Optional[list] = None  # per output tensor: (numel, reduced dtype, device)
+        self.bufs: Optional[list] = None
+
+    def add(self, out, seed: int) -> None:
+        torch = self.torch
+        ts = _tensors(torch, out)
+        layout = [(t.numel(), _reduced_as(torch, t), t.device) for t in ts]
+        if self.seeds and (layout != self.layout or len(self.seeds) == self.bufs[0].shape[0]):
+            self.flush()
+        if layout != self.layout:
+            self.layout, self.bufs = layout, None
+            row = sum(n * dt.itemsize for n, dt, _ in layout)
+            rows = min(self.calls, self.budget // max(row, 1))
+            if rows >= 2 and ts:
+                self.bufs = [torch.empty((rows, n), dtype=dt, device=dev) for n, dt, dev in layout]
+        if self.bufs is None:
+            self.fps.append(_fingerprint(torch, out, seed, self.npos))
+            return
+        i = len(self.seeds)
+        for buf, t in zip(self.bufs, ts):
+            buf[i].copy_(t.detach().reshape(-1))
+        self.seeds.append(seed)
+
+    def flush(self) -> None:
+        if self.seeds:
+            self.fps += _prints(self.torch, [b[:len(self.seeds)] for b in self.bufs], self.seeds, self.npos)
+            self.seeds = []
 
 
 def quiet_gpu(torch, probe_us: float, probes: int, max_s: float) -> dict:
@@ -366,7 +452,6 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     launch: list[float] = []
     leaked = 0  # calls whose interval had opened before the forward was enqueued
     clocks: list[int] = []
-    fps: list[list[float]] = []
     flags: list[str] = []
     flush = reset_l2 = None
     clock = None
@@ -411,6 +496,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         rec = runner.span_recorder() if hasattr(runner, "span_recorder") else None
         if rec is None:
             flags.append("kernel_span_unavailable")
+    prints = OutputPrints(torch, npos, len(seeds), torch.cuda.mem_get_info()[0] if cuda else None)
+    fps = prints.fps
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
     span_ms: list[float] = []
     launches: list[int] = []  # per call, the kernels, copies and fills of the forward (CUPTI's records)
@@ -493,11 +580,12 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 times.append(start.elapsed_time(end) if cuda else (t1 - t0) * 1e3)
                 if clock is not None and clock.h is not None:
                     clocks.append(clock.sm() or 0)
-                fps.append(_fingerprint(torch, out, seed, npos))
+                prints.add(out, seed)
                 del out, inputs
         finally:
             if rec is not None:
                 rec.stop()
+        prints.flush()  # after the recording: its kernels are not the calls'
         if rec is not None and len(windows) == len(times) + 1:
             first = [a for a in rec.spans if windows[0][0] <= a[0] <= windows[0][1]]
             work = call_work(rec.spans, windows[1:], [a[2] for a in sorted(first)])
@@ -743,7 +831,8 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
 
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
-            min_rounds: Optional[int] = None, budget_s: Optional[float] = None) -> Measurement:
+            min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
+            hold_us: Optional[float] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
     are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
     `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
@@ -751,7 +840,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without
     the rounds that decide it; whether they are reported is decided on the pooled calls), and its own
     `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
-    buy is their offsets averaged, not more calls."""
+    buy is their offsets averaged, not more calls; and the first pair's `hold_us`, which also skips
+    the warm-up round (its processes had theirs, timing.warm_up) unless CUDA graphs are captured."""
     from .records import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
@@ -781,6 +871,12 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
     # launch a call; every later round holds both sides for twice that, plus a margin
     m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
+    unkept = 0  # rounds whose samples were not kept: warm-up rounds, the one that chose kernel spans
+    if hold_us is not None:
+        m.hold_us = hold_us
+        if not m.cuda_graph:
+            warm = False
+            m.max_clock_mhz = mon.max_sm if mon is not None else None
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
@@ -831,7 +927,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             if not fingerprints_match(cf, rf, tol):
                 m.mismatched_calls += 1
         m.rounds += 1
+        unkept += 1  # until the round is kept, below
         m.l2_reset = bool(r_reply.l2_reset)
+        m.max_clock_mhz = m.max_clock_mhz or r_reply.max_clock_mhz
         if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
             m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
             if m.hold_us > 0:
@@ -839,11 +937,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 # and out of the candidate's: both sides without, from a new warm-up round (the
                 # fingerprints' verdict on the calls made so far stands)
                 m.hold_us, warm, no_hold = 0.0, True, True
-                m.cand, m.ref, m.rounds = Side(), Side(), 0
+                m.cand, m.ref, m.rounds, unkept = Side(), Side(), 0, 0
                 continue
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
-            if cuda and t.launch_hold_us == "auto" and not no_hold:
+            if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
                 m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
                                          t.launch_hold_max_us)
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
@@ -890,10 +988,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
             m.compiled_span += reply_spans(k_reply)
+        unkept -= 1
         c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
         n = min(len(c_t), len(r_t))
         elapsed = time.perf_counter() - t_start
-        if n >= min_calls and m.rounds > min_rounds:
+        if n >= min_calls and m.rounds - unkept >= min_rounds:
             stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
             if stable or n >= t.max_calls or elapsed > budget_s:
                 break

@@ -222,7 +222,7 @@ class Runner:
         torch = self.torch
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
-            n = max(min(int(free * 0.25), 8 << 30) // 4, 1)
+            n = max(min(int(free * 0.25), int(self.setup.get("poison_max_bytes") or 8 << 30)) // 4, 1)
             blk = torch.full((n,), float("nan"), device="cuda")
             torch.cuda.synchronize()
             del blk  # stays in the caching allocator, NaN-filled, for the candidate's allocations

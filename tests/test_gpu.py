@@ -217,6 +217,46 @@ def test_the_launch_hold_lasts_as_asked_and_keeps_other_streams_off_the_gpu():
 
 
 @gpu
+def test_gpu_fingerprints_accumulate_in_float32_within_the_tolerances_and_batch_like_single_calls():
+    """On a GPU a fingerprint's sums accumulate in float32 (a float64 sum reads a float64 copy): they
+    must stay far inside the fp32 tolerances fingerprints_match allows (1e-4 of the scale) at 16M
+    elements, for outputs with and without a large mean; a batch of calls must fingerprint as each
+    call alone does; and a stale output must still fail."""
+    import random
+
+    import torch
+
+    from harness.config import load_config
+    from harness.timing import OutputPrints, _fingerprint, fingerprints_match
+    tol = load_config().correctness.tol["fp32"]
+    torch.manual_seed(0)
+    n = 1 << 24
+    for x in (torch.randn(n, device="cuda"), 1000 + torch.randn(n, device="cuda"),
+              torch.rand(n, device="cuda") / n):
+        gpu = _fingerprint(torch, x, 5, 16)
+        cpu64 = _fingerprint(torch, x.double(), 5, 16)  # float64 values accumulate in float64 (same signs)
+        scale = cpu64[3]  # the L2 norm
+        print("\nfloat32 on the GPU against float64: sum/abs-sum, abs-sum, L2, projection/L2 (rel):",
+              [abs(gpu[1] - cpu64[1]) / cpu64[2], abs(gpu[2] - cpu64[2]) / cpu64[2], abs(gpu[3] - scale) / scale,
+               abs(gpu[4] - cpu64[4]) / scale])
+        assert abs(gpu[1] - cpu64[1]) <= 1e-6 * cpu64[2], (gpu[:5], cpu64[:5])  # sum, against the abs-sum
+        assert abs(gpu[2] - cpu64[2]) <= 1e-6 * cpu64[2] and abs(gpu[3] - cpu64[3]) <= 1e-6 * scale
+        assert abs(gpu[4] - cpu64[4]) <= 1e-5 * scale, (gpu[4], cpu64[4], scale)  # the projection
+        assert gpu[6:] == cpu64[6:]  # the sampled values, exactly
+        assert fingerprints_match(gpu, cpu64, tol)
+    outs = [torch.randn(1 << 20, device="cuda") for _ in range(6)]
+    seeds = [random.getrandbits(62) for _ in outs]
+    prints = OutputPrints(torch, 64, len(outs), torch.cuda.mem_get_info()[0])
+    for o, s in zip(outs, seeds):
+        prints.add(o, s)
+    prints.flush()
+    assert prints.bufs is not None and prints.bufs[0].shape[0] == len(outs)  # batched, not one by one
+    for fp, o, s in zip(prints.fps, outs, seeds):
+        assert fingerprints_match(fp, _fingerprint(torch, o, s, 64), tol)
+    assert not fingerprints_match(prints.fps[1], _fingerprint(torch, outs[0], seeds[1], 64), tol)
+
+
+@gpu
 def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
     """Standbys forked from the slot's fork server (forkserver.py): the server must leave the CUDA
     driver uninitialised, or no child could use the GPU; one primed on the GPU then serves a

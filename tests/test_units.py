@@ -75,6 +75,35 @@ def test_fingerprint_positions_follow_the_seed():
     assert _fp(torch.empty(0), 3) == [0.0] * 6
 
 
+def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alone():
+    """OutputPrints copies each call's outputs into a row of a buffer and fingerprints a batch of
+    rows at once: the same fingerprint as one call alone, whatever the batch (the candidate's and the
+    reference's processes may batch differently); a batch ends where the buffer is full or the
+    outputs change layout; an output too large for two rows is fingerprinted in place."""
+    import random
+
+    from harness.timing import OutputPrints, _fingerprint
+    rng = random.Random(3)
+    outs = [(torch.randn(1000), torch.randint(0, 5, (7,)), torch.empty(0)) for _ in range(5)]
+    outs += [torch.randn(12), torch.randn(12).half(), torch.randn(12).half()]
+    seeds = [rng.getrandbits(62) for _ in outs]
+    single = [_fingerprint(torch, o, s, 16) for o, s in zip(outs, seeds)]
+    row = 1000 * 4 + 7 * 8  # the integers reduce through float64
+    for free, rows in ((None, len(outs)), (8 * 2 * row, 2), (8 * row, None)):
+        prints = OutputPrints(torch, 16, len(outs), free)
+        seen = []
+        for o, s in zip(outs[:5], seeds[:5]):
+            prints.add(o, s)
+            seen.append(prints.bufs[0].shape[0] if prints.bufs else None)
+        assert seen == [rows] * 5
+        for o, s in zip(outs[5:], seeds[5:]):
+            prints.add(o, s)
+        prints.flush()
+        assert prints.fps == single
+    assert single[0][6 + 16:12 + 16] == [7.0, *single[0][7 + 16:11 + 16], 7.0]  # numel, sums, k of the integers
+    assert single[0][-6:] == [0.0] * 6  # the empty tensor
+
+
 def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
     from harness.worker import Runner
     setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
@@ -451,6 +480,60 @@ def test_a_reference_that_cannot_be_captured_turns_graphs_off_for_both_sides(mon
     assert not m.cuda_graph and m.flags == ["cuda_graph_unavailable"] and not m.restart_candidate
     assert ref.modes[0] is True and not any(ref.modes[1:])  # graphs for the first round only
     assert len(m.cand.times) >= 4 and len(m.ref.times) >= 4
+
+class _Commands(_FakeTimed):
+    """A worker answering `time` commands with fixed samples, keeping every command it was sent;
+    kernel spans it cannot record."""
+
+    def __init__(self, ms: float):
+        super().__init__(ms, 1980)
+        self.cmds = []
+
+    def request(self, cmd, timeout):
+        self.cmds.append(cmd)
+        reply, wall = super().request(cmd, timeout)
+        if cmd.spans:
+            reply = reply.model_copy(update={"flags": ["kernel_span_unavailable"]})
+        return reply, wall
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_further_pair_starts_under_the_first_pairs_hold_without_a_warm_up_round(graph, monkeypatch):
+    """A further process pair (timing.processes_for) had its warm-up request when it started
+    (timing.warm_up): it is timed from its first round under the first pair's hold, and keeps
+    processes_rounds rounds. With CUDA graphs it still has a warm-up round, whose capture may fail."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.cuda_graph": graph})
+    cand, ref = _Commands(1.0), _Commands(2.0)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+                       ref_timeout=5, compiled=False, spans=False, min_rounds=3, hold_us=321.0)
+    for w in (cand, ref):
+        assert [c.hold_us for c in w.cmds[graph:]] == [321.0] * 3
+        assert [c.warmup for c in w.cmds] == [cfg.timing.warmup] * graph + [0] * 3
+    assert m.rounds == 3 + graph and len(m.cand.rounds) == len(m.ref.rounds) == 3
+    assert m.hold_us == 321.0 and m.max_clock_mhz == 1980
+
+
+def test_min_rounds_counts_kept_rounds_not_those_that_chose_kernel_spans(monkeypatch):
+    """A short problem's first pair spends a warm-up round, a round that chooses kernel spans and
+    another warm-up round under CUPTI before it keeps any: timing.min_rounds counts the kept ones
+    (it counted all of them, so such a problem kept two fewer)."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 4,
+                             "timing.kernel_span": "auto"})
+    cand, ref = _Commands(0.01), _Commands(0.01)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+                       ref_timeout=5)
+    assert [c.spans for c in ref.cmds][:3] == [True, False, True]  # warm-up (launch counts), choice, warm-up
+    assert len(m.cand.rounds) == len(m.ref.rounds) == 4 and m.rounds == 7
+    assert "kernel_span_unavailable" in m.flags
+
 
 def test_trial_payload_round_trips_and_refuses_forgeries():
     """The trial wire format (harness.payload): tensors of every accepted dtype, nested sequences
