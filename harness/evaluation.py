@@ -293,8 +293,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             t0 = clock()
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
                 phase.add(cand)
-                _ask(cand, warm_up(cfg.timing, ref.rng, cfg.timing.kernel_span != "off"), cfg.timeouts.run_s,
-                     "the first timing request")
+                _ask(cand, warm_up(cfg.timing, ref.rng), cfg.timeouts.run_s, "the first timing request")
             phases.processes_s += clock() - t0
         t0 = clock()
         gpu = (env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else this process's

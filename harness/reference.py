@@ -217,8 +217,7 @@ class ReferenceSession:
                 # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's
                 # timing it was 1.1-1.2 s of an H100's timing wall (bench/diag/pair_cost.py)
                 from .timing import warm_up
-                spans = self.cfg.timing.kernel_span != "off"
-                reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng, spans), to)
+                reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng), to)
                 if not reply.ok:
                     raise ReferenceError(f"problem {self.problem.name}: reference timing failed: {reply.error}")
         except ReferenceError:

@@ -1006,14 +1006,17 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     return m
 
 
-def warm_up(t, rng: random.Random, spans: bool):
-    """The command for a further process's first timing request, sent outside the timing phase, its
-    samples discarded: what a process pays once (CUPTI's start, NVML, the flush buffer) made a fresh
+def warm_up(t, rng: random.Random, spans: Optional[bool] = None):
+    """The command for a process's first timing request (a further process's, and on a GPU the first
+    reference's and candidate's), sent outside the timing phase, its samples discarded: what a
+    process pays once (CUPTI's start, NVML, the flush buffer) made a fresh
     reference's first measurement 0.9-1.2 s longer than later ones on an H100 (relu_add_4m). No hold:
     a request with one re-checks a hold that failed its check at pin() beside other processes' work,
     and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
     evaluations' phases, that check failed and left an identical solution timed without a hold."""
     from .records import Command
+    if spans is None:  # a process's first request, before any pair settled spans: CUPTI started unless off
+        spans = t.kernel_span != "off"
     return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,
                    flush_method=t.flush_method, hold_us=0.0, spans=spans)
 
