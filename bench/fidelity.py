@@ -10,7 +10,8 @@ baseline off, since it measures something else), it reports:
   - agreement with Nsight Compute's gpu__time_duration (--clock-control none, --cache-control all),
     summed over the kernels of one forward;
   - wall time spent timing one solution (candidate and reference together).
-Usage: python bench/fidelity.py [--runs 5] [--fresh-reference] [--no-ncu] [--only NAME...] [--set KEY=VALUE] [--out bench/out]
+Usage: python bench/fidelity.py [--runs 5] [--fresh-reference] [--no-ncu] [--only NAME...] [--config FILE]
+                               [--set KEY=VALUE] [--out bench/out]
 """
 from __future__ import annotations
 
@@ -103,6 +104,7 @@ def write_files(tmp: Path) -> dict[str, tuple[Path, Path]]:
 
 FRESH_REFERENCE = False  # --fresh-reference: a reference session per run
 OVERRIDES: dict = {}  # --set KEY=VALUE: harness config for every harness run (an A/B of a timing knob)
+CONFIG = None  # --config FILE: a config file under the overrides, e.g. configs/fidelity.toml
 
 
 def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
@@ -111,7 +113,7 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
     from harness.problems import find_problem
     from harness.reference import ReferenceSession
     # one correctness trial: this benchmark is about the timing, and full-size outputs are large
-    cfg = load_config(None, {"device": "cuda", "timing.compile_baseline": "off", "correctness.trials": 1,
+    cfg = load_config(CONFIG, {"device": "cuda", "timing.compile_baseline": "off", "correctness.trials": 1,
                              "timing.flush_method": flush, **OVERRIDES})
     meds, walls, refs, counts, tele = [], [], [], [], []
     problem = find_problem(prob)
@@ -217,11 +219,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="harness config override for the harness runs, e.g. timing.launch_hold_us=0")
+    ap.add_argument("--config", default=None, help="a harness config file for the harness runs (default: the defaults)")
     ap.add_argument("--fresh-reference", action="store_true",
                     help="each run starts its own reference session, as separate `harness eval` calls do")
     args = ap.parse_args()
-    global FRESH_REFERENCE
+    global FRESH_REFERENCE, CONFIG
     FRESH_REFERENCE = args.fresh_reference
+    CONFIG = args.config
     for kv in args.set:
         k, v = kv.split("=", 1)
         OVERRIDES[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
@@ -257,6 +261,7 @@ def main() -> None:
         rows[-1]["telemetry"] = tele
         print(f"{name}: {rows[-1]}  ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     lines = [f"# Timing fidelity on {gpu}", "",
+             *([f"Harness config file: {CONFIG}", ""] if CONFIG else []),
              *([f"Harness config overrides: {OVERRIDES}", ""] if OVERRIDES else []),
              *(["Each run against its own reference session (--fresh-reference).", ""] if FRESH_REFERENCE else []),
              f"torch {torch.__version__}; {args.runs} independent harness evaluations per kernel (candidate side, "

@@ -15,7 +15,10 @@ pipeline with no barriers and no idle device runs close to it. (On the CPU the d
 also takes CPU; the table's floor does not count that.) The warm run is reported as a fraction of the
 cold one. Verdicts are checked, in every run, against what each solution was written to get.
 
-Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--gpus 0,1] [--compile-workers N]
+`--extensions` makes every honest or wrong solution an extension of its own (32 builds of 39), as a
+model's generations mostly are; the default mix has 15 builds and 24 PyTorch-only solutions.
+
+Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--extensions] [--gpus 0,1] [--compile-workers N]
 Results: a table on stdout (last lines) and bench/out/throughput-<device>.md (copied by hand,
 with its context, into bench/results/throughput-<device>.md).
 """
@@ -317,6 +320,31 @@ def catalog(device: str) -> list[dict]:
     return S
 
 
+def all_extensions(device: str, sols: list[dict]) -> list[dict]:
+    """--extensions: the catalog as a model's generations mostly are, every honest or wrong solution a
+    load_inline extension of its own (another kernel name and block size each, so another build);
+    what fails before or without a build (syntax, no code, the hang, the crash, the exception, the
+    import and interface errors) stays as it is."""
+    swap = {
+        ("relu_add", "wrong_sub.py"): ("ext_sub_t64.py", relu_add_ext(device, "bt_relu_sub_t64", op="-", threads=64)),
+        ("softmax_wide", "zeros.py"): ("ext_unnormalized_t64.py", softmax_ext(device, "bt_sm_nonorm64", 64, normalize=False)),
+        ("softmax_wide", "unnormalized.py"): ("ext_unnormalized_t1024.py",
+                                              softmax_ext(device, "bt_sm_nonorm1024", 1024, normalize=False)),
+        ("linear_relu", "no_bias.py"): ("ext_norelu_t1024.py", bias_relu_ext(device, "bt_bias_norelu1024", 1024, relu=False)),
+    }
+    for i, threads in enumerate((64, 192, 384, 768, 896)):
+        swap[("relu_add", f"torch_{i}.py")] = (f"ext_v{i}.py", relu_add_ext(device, f"bt_relu_add_v{i}", threads=threads))
+    for i, threads in enumerate((64, 1024, 32, 256)):  # powers of two: tree reductions
+        swap[("softmax_wide", f"torch_{i}.py")] = (f"ext_v{i}.py", softmax_ext(device, f"bt_sm_v{i}", threads))
+    for i, threads in enumerate((64, 192, 384, 1024)):
+        swap[("linear_relu", f"torch_{i}.py")] = (f"ext_v{i}.py", bias_relu_ext(device, f"bt_bias_relu_v{i}", threads))
+    out = []
+    for s in sols:
+        name, code = swap.get((s["problem"], s["name"]), (None, None))
+        out.append(dict(s, name=name, code=code, ext=True) if name else s)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 
 def write_tree(root: Path, sols: list[dict]) -> None:
@@ -332,13 +360,15 @@ def write_config(path: Path, cache: Path, run_s: float, compile_baseline: bool, 
     for, no torch.compile baseline (it measures the pipeline, not inductor). `lanes`: evaluations in
     flight per device slot, GPU and CPU alike (default: the config's); `batch_set`: other [batch]
     settings, as TOML values."""
+    # batch.KEY is the same as KEY: both name a [batch] setting
+    batch_set = {(k[len("batch."):] if k.startswith("batch.") else k): v for k, v in (batch_set or {}).items()}
     batch = "[batch]\n" + (f"concurrent_evaluations = {lanes}\ncpu_concurrent_evaluations = {lanes}\n" if lanes else "")
-    batch += "".join(f"{k} = {v}\n" for k, v in (batch_set or {}).items() if "." not in k)
+    batch += "".join(f"{k} = {v}\n" for k, v in batch_set.items() if "." not in k)
     # SECTION.KEY: a setting of another section, e.g. correctness.kernel_list='"profiler"'
     # (a [timing] one joins the table written here: TOML has no second [timing])
-    other = "".join(f"[{k.split('.')[0]}]\n{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items()
+    other = "".join(f"[{k.split('.')[0]}]\n{k.split('.', 1)[1]} = {v}\n" for k, v in batch_set.items()
                     if "." in k and not k.startswith("timing."))
-    timing = "".join(f"{k.split('.', 1)[1]} = {v}\n" for k, v in (batch_set or {}).items() if k.startswith("timing."))
+    timing = "".join(f"{k.split('.', 1)[1]} = {v}\n" for k, v in batch_set.items() if k.startswith("timing."))
     path.write_text(f'cache_dir = "{cache}"\n[timeouts]\ncompile_s = 900\nload_s = 120\nrun_s = {run_s}\n'
                     "problem_s = 300\n[timing]\n"
                     f'compile_baseline = "{"auto" if compile_baseline else "off"}"\n' + timing + batch + other)
@@ -420,6 +450,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if _has_cuda() else "cpu")
     ap.add_argument("--small", action="store_true", help="12 solutions, 2 extension builds (slow CPUs)")
+    ap.add_argument("--extensions", action="store_true",
+                    help="every honest or wrong solution an extension build of its own, as generations mostly are")
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--compile-workers", type=int, default=None)
     ap.add_argument("--run-timeout", type=float, default=20.0, help="timeouts.run_s (what the hang costs)")
@@ -443,6 +475,8 @@ def main() -> int:
     work = Path(args.out or REPO / "bench" / "out" / f"throughput-{args.device}-{stamp}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     sols = [s for s in catalog(args.device) if s["small"] or not args.small]
+    if args.extensions:
+        sols = all_extensions(args.device, sols)
     write_tree(work / "subs", sols)
     cfg = work / "bench.toml"
     write_config(cfg, work / "cache", args.run_timeout, args.compile_baseline, args.lanes, every)  # a fresh, empty build cache
@@ -521,7 +555,7 @@ def report_md(args, sols, problems, n_ext, cores, gpu, results, table, wrong, wo
     cold = results["cold"]
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(cold["statuses"].items()))
     return (f"# harness batch throughput ({args.device})\n\n"
-            f"Generated by `python bench/throughput.py --device {args.device}{' --small' if args.small else ''}` "
+            f"Generated by `python bench/throughput.py {' '.join(sys.argv[1:])}` "
             f"on {dt.date.today()}: {len(sols)} solutions over {len(problems)} problems ({', '.join(problems)}), "
             f"{n_ext} of them with load_inline extensions; {args.device} ({gpu}), {cores} cores, "
             f"{cold['slots']} device slot(s), compile workers: {args.compile_workers or 'the default (a build per core)'}.\n\n"
