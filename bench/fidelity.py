@@ -136,7 +136,8 @@ def harness_runs(prob: Path, sol: Path, runs: int, flush: str = "read"):
                      "speedup": r.speedup, "ci": r.speedup_ci, "ci_calls": tm.get("speedup_ci_calls"),
                      "launch_ms": (tm.get("cand_launch_ms_median"), tm.get("ref_launch_ms_median")),
                      "leaked": (tm.get("cand_launch_leaked_calls"), tm.get("ref_launch_leaked_calls")),
-                     "processes": tm.get("processes"), "pair_medians_ms": tm.get("pair_medians_ms")})
+                     "processes": tm.get("processes"), "pair_medians_ms": tm.get("pair_medians_ms"),
+                     "span_basis_ms": tm.get("kernel_span_basis_ms"), "fallback": tm.get("kernel_span_fallback")})
         print(f"  {prob.stem} run {len(meds)} ({flush}): {tele[-1]}", file=sys.stderr, flush=True)
         return r
 
@@ -282,16 +283,20 @@ def main() -> None:
                      f"{r['timing_wall_s']:.2f} | {r['samples']:.0f} | {r['clock_mhz']} | {r['hold_us']:.0f} | {r['method']} |")
     lines += ["", "Per run (the parent's NVML readings over the kept rounds: temperature range, peak power, time the "
               "GPU spent power-capped during those rounds, clock-event reasons seen after them, rounds re-taken):", "",
-              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | launch ms cand/ref | leaked calls cand/ref | candidate's events ms | processes cand/ref | each pair's medians, cand/ref (us) |",
-              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|---|---:|---|---|"]
+              "| kernel | run | candidate ms | reference ms | temp C | power W max | power-capped ms | reasons | SM / mem MHz | re-taken | hold us | launch ms cand/ref | leaked calls cand/ref | candidate's events ms | span basis ms | processes cand/ref | each pair's medians, cand/ref (us) |",
+              "|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|---|---:|---:|---|---|"]
     for r in rows:
         for i, t in enumerate(r["telemetry"], 1):
             lines.append(f"| {r['kernel']} | {i} | {t['cand_ms']:.4f} | {t['ref_ms']:.4f} | {t['temp_c']} | "
                          f"{t['power_w_max']} | {t['power_capped_ms']} | {','.join(t['reasons'] or []) or '-'} | "
                          f"{t['sm_mhz']} / {t['mem_mhz']} | {t['retaken']} | {t['hold_us']} | "
                          f"{t['launch_ms'][0]}/{t['launch_ms'][1]} | {t['leaked'][0]}/{t['leaked'][1]} | {t['events_ms'] or '-'} | "
-                         f"{'/'.join(str(v) for v in (t['processes'] or {}).values()) or '-'} | "
+                         f"{t['span_basis_ms'] or '-'} | {'/'.join(str(v) for v in (t['processes'] or {}).values()) or '-'} | "
                          f"{', '.join(f'{(c or 0) * 1e3:.2f}/{(r or 0) * 1e3:.2f}' for c, r in t['pair_medians_ms'] or []) or '-'} |")
+    falls = [f"- {r['kernel']} run {i}: {t['fallback']}" for r in rows
+             for i, t in enumerate(r["telemetry"], 1) if t.get("fallback")]
+    if falls:  # why a run that asked for kernel spans reports events
+        lines += ["", "Kernel spans asked for and not reported:", "", *falls]
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(os.environ.get("OUT") or args.out)

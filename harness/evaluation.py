@@ -480,6 +480,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
                 res.flags.append(f)
         res.timing_method.update(_check_notes(pair_notes))
         res.timing_method["processes"] = n_proc
+        if m.span_basis_ms is not None:  # what chose kernel spans or events (timing.kernel_span = "auto")
+            res.timing_method["kernel_span_basis_ms"] = round(m.span_basis_ms, 4)
         if wanted:  # fewer than the offsets asked for: timing.processes_budget_s
             res.timing_method["processes_wanted"] = wanted
         if procs_error:

@@ -200,6 +200,7 @@ class Reply(BaseModel):
     # with span_ms: per call, how many kernels, copies and fills the forward ran (the harness's own
     # left out): each one after the first waits on the GPU front end, at a per-process speed
     span_launches: list[int] = Field(default_factory=list)
+    span_why: Optional[str] = None  # spans asked for and CUPTI not had: why (cupti.KernelRecorder.open)
     fingerprints: list[list[float]] = Field(default_factory=list)
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None

@@ -491,11 +491,12 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         flags.append("launch_hold_unavailable")
     start = Event(enable_timing=True) if cuda else None
     end = Event(enable_timing=True) if cuda else None
-    rec = None
+    rec, span_why = None, None
     if cuda and spans:
         rec = runner.span_recorder() if hasattr(runner, "span_recorder") else None
         if rec is None:
             flags.append("kernel_span_unavailable")
+            span_why = getattr(runner, "span_why", None)
     prints = OutputPrints(torch, npos, len(seeds), torch.cuda.mem_get_info()[0] if cuda else None)
     fps = prints.fps
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
@@ -512,7 +513,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
                 "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
                 "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
-                "l2_reset": reset_l2 is not None, "span_ms": span_ms, "span_launches": launches}
+                "l2_reset": reset_l2 is not None, "span_ms": span_ms, "span_launches": launches,
+                "span_why": span_why}
 
     with torch.no_grad():
         for k in range(warmup):
@@ -791,6 +793,8 @@ class Measurement:
     compiled: list[float] = field(default_factory=list)
     compiled_span: list[float] = field(default_factory=list)
     spans: bool = False  # the timed rounds asked for kernel spans (config.Timing.kernel_span)
+    span_basis_ms: Optional[float] = None  # what kernel_span = "auto" compared with kernel_span_below_ms
+    span_why: Optional[str] = None  # asked for and not had: which process, and why (its own word)
     hold_us: float = 0.0  # the launch hold of the timed rounds
     contended_rounds: int = 0
     restart_candidate: bool = False  # the candidate's capture failed: time it again, fresh and eager
@@ -872,6 +876,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     # launch a call; every later round holds both sides for twice that, plus a margin
     m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
     unkept = 0  # rounds whose samples were not kept: warm-up rounds, the one that chose kernel spans
+    warm_spans: list[float] = []  # the reference's kernel spans in the warm-up round, where recorded
     if hold_us is not None:
         m.hold_us = hold_us
         if not m.cuda_graph:
@@ -941,6 +946,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 continue
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
+            if not span_decided:
+                warm_spans = [x for x in reply_spans(r_reply) if x > 0]
             if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
                 m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
                                          t.launch_hold_max_us)
@@ -951,14 +958,21 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             # inside the events): a short problem is timed by kernel spans from here, after one more
             # warm-up round, since CUPTI's first records in a process (its buffers; the hold resized
             # for launches with CUPTI on) are not those of a steady call; this round's go
+            # The reference's GPU work decides, as the warm-up round's CUPTI records (launch counts)
+            # give it: its events also hold whatever launching outlasted the hold. On events, one
+            # run of five of a 24 us kernel was timed by events (2.7 us more) and the rest by spans
+            # (#5, H100, session 25): the run with the shortest hold and the most leaked launches.
             span_decided = True
-            if t.kernel_span == "on" or (t.kernel_span == "auto"
-                                         and statistics.median(r_reply.times_ms) < t.kernel_span_below_ms):
+            m.span_basis_ms = statistics.median(warm_spans or r_reply.times_ms)
+            if t.kernel_span == "on" or (t.kernel_span == "auto" and m.span_basis_ms < t.kernel_span_below_ms):
                 m.spans, warm = True, True
                 continue
         if m.spans and any("kernel_span_unavailable" in r.flags for r in (c_reply, r_reply)):
             m.spans = False  # both sides or neither; the events of the calls so far stand
             m.flags.append("kernel_span_unavailable")
+            m.span_why = "; ".join(f"{name}: {r.span_why or 'CUPTI could not be had'}"[:200]
+                                   for name, r in (("candidate", c_reply), ("reference", r_reply))
+                                   if "kernel_span_unavailable" in r.flags)
         st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
         st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
         for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
@@ -1030,7 +1044,8 @@ def pooled(ms: list[Measurement]) -> Measurement:
     first = ms[0]
     out = Measurement(compiled=list(first.compiled), compiled_span=list(first.compiled_span), spans=first.spans,
                       hold_us=first.hold_us, cuda_graph=first.cuda_graph, l2_reset=first.l2_reset,
-                      max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error)
+                      max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error,
+                      span_basis_ms=first.span_basis_ms)
     for m in ms:
         for mine, theirs in ((out.cand, m.cand), (out.ref, m.ref)):
             for f in ("times", "host", "enqueue", "launch", "span", "rounds"):
@@ -1041,6 +1056,7 @@ def pooled(ms: list[Measurement]) -> Measurement:
             setattr(out, f, getattr(out, f) + getattr(m, f))
         out.seconds += m.seconds
         out.spans = out.spans and m.spans
+        out.span_why = out.span_why or m.span_why
         out.clocks_mhz += m.clocks_mhz
         out.gpu_rounds += m.gpu_rounds
         out.retaken += m.retaken
@@ -1058,7 +1074,8 @@ def span_choice(m: Measurement, t) -> tuple[bool, dict]:
     """Whether the record reports kernel spans (config.Timing.kernel_span), and what that rests on."""
     if not m.spans:
         # asked for and not had: CUPTI could not be opened in one of the two processes
-        return False, ({"kernel_span_fallback": "CUPTI's records could not be had"}
+        why = f" ({m.span_why})" if m.span_why else ""
+        return False, ({"kernel_span_fallback": f"CUPTI's records could not be had{why}"}
                        if "kernel_span_unavailable" in m.flags else {})
     note: dict = {}
     for name, side in (("candidate", m.cand), ("reference", m.ref)):

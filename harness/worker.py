@@ -388,6 +388,10 @@ class Runner:
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
                 "notes": {"kernel_list": self.listing}}
 
+    @property
+    def span_why(self) -> Optional[str]:
+        return self._span_why
+
     def span_recorder(self):
         """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""

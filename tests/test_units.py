@@ -535,6 +535,62 @@ def test_min_rounds_counts_kept_rounds_not_those_that_chose_kernel_spans(monkeyp
     assert "kernel_span_unavailable" in m.flags
 
 
+class _Spans(_FakeTimed):
+    """A worker that records kernel spans when asked: its GPU work takes `span_ms` a call, and its
+    events `ms` (launching leaked into each interval); `cupti` False: CUPTI cannot be had, and says why."""
+
+    def __init__(self, ms: float, span_ms: float, cupti: bool = True):
+        super().__init__(ms, 1980)
+        self.span, self.cupti, self.cmds = span_ms, cupti, []
+
+    def request(self, cmd, timeout):
+        self.cmds.append(cmd)
+        reply, wall = super().request(cmd, timeout)
+        if cmd.spans and self.cupti:
+            reply = reply.model_copy(update={"span_ms": [self.span] * len(cmd.seeds),
+                                             "span_launches": [1] * len(cmd.seeds)})
+        elif cmd.spans:
+            reply = reply.model_copy(update={"flags": ["kernel_span_unavailable"], "span_why": "the canary fill was not listed"})
+        return reply, wall
+
+
+@pytest.mark.parametrize("span_ms, chosen", [(0.024, True), (0.06, False)])
+def test_kernel_spans_are_chosen_by_the_references_gpu_work_not_its_events(span_ms, chosen, monkeypatch):
+    """timing.kernel_span = "auto" compares the reference's GPU work in the warm-up round (CUPTI's
+    spans, recorded there for launch counts) with kernel_span_below_ms, not its events: a round whose
+    launching outlasted the hold put a 24 us kernel's events over 50 us, and that run alone was
+    timed by events (#5, H100, session 25)."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 2,
+                             "timing.kernel_span": "auto"})
+    cand, ref = _Spans(0.08, span_ms), _Spans(0.08, span_ms)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+                       ref_timeout=5)
+    assert m.span_basis_ms == span_ms and m.spans is chosen
+    assert timing.span_choice(m, cfg.timing)[0] is chosen
+    assert [c.spans for c in ref.cmds][:3] == ([True, False, True] if chosen else [True, False, False])
+
+
+def test_a_process_without_cupti_says_why_in_the_record(monkeypatch):
+    """Spans asked for and CUPTI not had in one process: both sides fall back to events, and the
+    record says which process and why, so a run timed by events can be told from one by spans."""
+    import random
+
+    import harness.timing as timing
+    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 2})
+    cand, ref = _Spans(0.03, 0.024, cupti=False), _Spans(0.03, 0.024)
+    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+                       ref_timeout=5, spans=True, hold_us=300.0)
+    spans, note = timing.span_choice(m, cfg.timing)
+    assert not spans and "kernel_span_unavailable" in m.flags
+    assert note["kernel_span_fallback"] == ("CUPTI's records could not be had "
+                                            "(candidate: the canary fill was not listed)")
+
+
 def test_trial_payload_round_trips_and_refuses_forgeries():
     """The trial wire format (harness.payload): tensors of every accepted dtype, nested sequences
     and scalars come back equal; a header that lies about its tensors, names a dtype outside the
