@@ -954,14 +954,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
         if cuda and not span_decided:
-            # on the first round under the full hold (the warm-up's shortest hold leaves launching
-            # inside the events): a short problem is timed by kernel spans from here, after one more
-            # warm-up round, since CUPTI's first records in a process (its buffers; the hold resized
-            # for launches with CUPTI on) are not those of a steady call; this round's go
-            # The reference's GPU work decides, as the warm-up round's CUPTI records (launch counts)
-            # give it: its events also hold whatever launching outlasted the hold. On events, one
-            # run of five of a 24 us kernel was timed by events (2.7 us more) and the rest by spans
-            # (#5, H100, session 25): the run with the shortest hold and the most leaked launches.
+            # A short problem is timed by kernel spans from here, after one more warm-up round, since
+            # CUPTI's first records in a process (its buffers; the hold resized for launches with
+            # CUPTI on) are not those of a steady call; this round's go. "Short" is the reference's
+            # GPU work, as the warm-up round's CUPTI records (launch counts) give it, else this first
+            # round under the full hold's events. Events also hold whatever launching outlasted the
+            # hold: on them, one run of five of a 24 us kernel was timed by events (2.7 us more) and
+            # the rest by spans (#5, H100, session 25), the run with the most leaked launches.
             span_decided = True
             m.span_basis_ms = statistics.median(warm_spans or r_reply.times_ms)
             if t.kernel_span == "on" or (t.kernel_span == "auto" and m.span_basis_ms < t.kernel_span_below_ms):
