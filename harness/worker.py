@@ -203,7 +203,7 @@ class Runner:
         self.recorder = None  # the process's cupti.KernelRecorder: timing's spans and launch counts, the kernel list
         self.lister = None  # the recorder when the kernel list is taken through CUPTI (start_profiler)
         self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
-        self._span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
+        self.span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
         if self.role == "candidate":
             from .timing import is_pinned, pin
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
@@ -388,16 +388,12 @@ class Runner:
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
                 "notes": {"kernel_list": self.listing}}
 
-    @property
-    def span_why(self) -> Optional[str]:
-        return self._span_why
-
     def span_recorder(self):
         """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""
-        if self.recorder is None and self._span_why is None:
+        if self.recorder is None and self.span_why is None:
             from .cupti import KernelRecorder
-            self.recorder, self._span_why = KernelRecorder.open(self.torch)
+            self.recorder, self.span_why = KernelRecorder.open(self.torch)
         return self.recorder
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
