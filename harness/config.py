@@ -137,11 +137,12 @@ class Timing(_Section):
     # A side timed in several processes gets more, up to `processes_max`, until the standard error of
     # its process medians' mean (their observed sd, or the model's where that is larger, over the
     # square root of their number) is under `processes_target_rel`. relu(x + y) at 24 us drew about
-    # 0.5-0.7% of sd between processes (H100), up to twice the model. Up to 8 took its 5-run spread to
-    # 0.73% (4: 0.39-1.67%) and the throughput bench's warm batch to 80 s (35 s with one process),
-    # while whole runs also move with the same processes: so by default no more than `processes`
-    # (configs/fidelity.toml: 8 from the start; bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, sessions 21-22).
-    processes_max: int = Field(4, ge=1)
+    # 0.5-0.7% of sd between processes (H100), up to twice the model: with 4 its 5-run spread was
+    # 0.39-1.67%, with up to 8 0.40-0.88% in five sets. Up to 8 is the default since the further
+    # processes start faster (session 26: the hold's kernel loaded without Triton, a group of them
+    # primed at once): the throughput bench's warm run at 0.23 of its cold run with it, against
+    # 0.27-0.29 before (bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, throughput-cuda.md).
+    processes_max: int = Field(8, ge=1)
     processes_target_rel: float = Field(0.0025, ge=0)
     # a further pair's timed rounds at least (min_rounds is the first's), under the first pair's
     # hold and without a warm-up round (its processes had one when they started, timing.warm_up);

@@ -223,6 +223,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
             imports the solution and builds ModelNew from the same seed; every timed call's output is
             checked against the reference's, as the first process's are. Returns all of them."""
             with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+                if standby:
+                    standby.reserve(n)
                 new = [spawn(phase, further=True) for _ in range(n)]
                 more.extend(new)
                 gate.register(cand, *more)

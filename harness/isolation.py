@@ -513,6 +513,15 @@ class Standby:
                 self.pool.append(self._spawn())
         return cand
 
+    def reserve(self, n: int) -> None:
+        """Make sure `n` are started for the takes that follow at once (a candidate's further
+        processes): the pool's replacements otherwise start one per take, so a group of 7 primed
+        about two at a time, one after another (bench/diag/further_start.py). Those not taken stay
+        in the pool for later evaluations."""
+        with self._cv:
+            while len(self.pool) < n:
+                self.pool.append(self._spawn())
+
     def settle(self, timeout: float) -> None:
         """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""
         with self._cv:

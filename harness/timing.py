@@ -47,41 +47,74 @@ def pin(torch) -> None:
         _PINNED["hold"] = _gpu_hold(torch)
 
 
-def _hold_kernel():
-    """A Triton kernel whose every thread spins on the GPU's nanosecond timer. Launched as two
-    1024-thread blocks per SM it takes every thread slot of every SM, so it holds the whole GPU: a
-    kernel the forward launches on another stream (unseen by the interval's events) cannot run
-    hidden inside the hold. torch.cuda._sleep is a single thread and would leave the GPU free for
-    exactly that; torch's own elementwise kernels are register-bound below full occupancy."""
-    import triton
-    from triton.language.extra.cuda import globaltimer
+# Every thread spins on the GPU's nanosecond timer. Launched as two 1024-thread blocks per SM it
+# takes every thread slot of every SM, so it holds the whole GPU: a kernel the forward launches on
+# another stream (unseen by the interval's events) cannot run hidden inside the hold.
+# torch.cuda._sleep is a single thread and would leave the GPU free for exactly that; torch's own
+# elementwise kernels are register-bound below full occupancy. PTX loaded through the driver, not a
+# Triton kernel: Triton's first launch cost each process about 0.6 s (H100), paid again by every
+# further process a short problem is timed in, against 0.02 s for this (bench/diag/hold_start.py).
+_HOLD_PTX = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry harness_hold(.param .u64 ns)
+{
+    .reg .pred %p;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd1, [ns];
+    mov.u64 %rd2, %globaltimer;
+$L_spin:
+    mov.u64 %rd3, %globaltimer;
+    sub.s64 %rd4, %rd3, %rd2;
+    setp.lt.s64 %p, %rd4, %rd1;
+    @%p bra $L_spin;
+    ret;
+}
+"""
 
-    @triton.jit(do_not_specialize=["ns"])
-    def harness_hold(ns):
-        t0 = globaltimer()
-        t = t0
-        while t - t0 < ns:
-            t = globaltimer()
 
-    return harness_hold
+def _hold_kernel(torch):
+    """spin(ns): the hold kernel launched on the current stream. The CUDA context must be current."""
+    import ctypes
+    from ctypes import POINTER, c_uint, c_uint64, c_void_p
+
+    cuda = ctypes.CDLL("libcuda.so.1")  # an instance of our own: the argtypes below are set on it alone
+
+    def check(rc: int, what: str) -> None:
+        if rc:
+            raise RuntimeError(f"{what}: CUresult {rc}")
+
+    module, fn = c_void_p(), c_void_p()
+    check(cuda.cuModuleLoadData(ctypes.byref(module), _HOLD_PTX.encode()), "cuModuleLoadData")
+    check(cuda.cuModuleGetFunction(ctypes.byref(fn), module, b"harness_hold"), "cuModuleGetFunction")
+    launch = cuda.cuLaunchKernel
+    launch.argtypes = [c_void_p] + [c_uint] * 7 + [c_void_p, POINTER(c_void_p), c_void_p]
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    blocks = props.multi_processor_count * max(1, props.max_threads_per_multi_processor // 1024)
+    # the stream as Triton's launcher reads it, taken now: a solution rebinding torch.cuda's stream
+    # helpers later does not move the hold off the forward's stream
+    raw_stream, device = torch._C._cuda_getCurrentRawStream, torch.cuda.current_device()
+    arg = c_uint64(0)
+    params = (c_void_p * 1)(ctypes.cast(ctypes.pointer(arg), c_void_p))
+
+    def spin(ns: float) -> None:
+        arg.value = max(0, int(ns))
+        check(launch(fn, blocks, 1, 1, 1024, 1, 1, 0, raw_stream(device), params, None), "cuLaunchKernel")
+
+    return spin
 
 
 def _gpu_hold(torch):
     """A callable that holds the current stream for about `us` microseconds with a kernel that fills
-    the GPU, or None where Triton cannot build it or the hold turns out not to keep a kernel on
+    the GPU, or None where the driver cannot load it or the hold turns out not to keep a kernel on
     another stream waiting (checked here, on this GPU)."""
     P = _PINNED
     try:
-        kernel = _hold_kernel()
-        props = torch.cuda.get_device_properties(0)
-        blocks = props.multi_processor_count * max(1, props.max_threads_per_multi_processor // 1024)
-
-        def spin(ns: float):
-            kernel[(blocks,)](int(ns), num_warps=32)
-
+        side, probe = torch.cuda.Stream(), P["zeros"](1, device="cuda")  # and the context made current
+        spin = _hold_kernel(torch)
         Event, sync = P["Event"], P["synchronize"]
         ev = lambda: Event(enable_timing=True)  # noqa: E731
-        side, probe = torch.cuda.Stream(), P["zeros"](1, device="cuda")
         spin(1000)
         with torch.cuda.stream(side):
             probe.add_(1)

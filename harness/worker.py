@@ -204,14 +204,21 @@ class Runner:
         self.lister = None  # the recorder when the kernel list is taken through CUPTI (start_profiler)
         self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
         self.span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
+        # seconds of each step of a candidate's load, and when it began (epoch), for the load reply
+        self.steps: dict[str, str] = {"began": f"{time.time():.3f}"}
         if self.role == "candidate":
             from .timing import is_pinned, pin
+            t0 = time.perf_counter()
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
                 pin(torch)
+            t1 = time.perf_counter()
             self._poison()
+            t2 = time.perf_counter()
             _count_extension_calls(self.ext_calls)
             sol = import_file(setup["solution_path"], "solution_module")
             self.cls = getattr(sol, "ModelNew", None)
+            self.steps.update(pin_s=f"{t1 - t0:.3f}", poison_s=f"{t2 - t1:.3f}",
+                              import_s=f"{time.perf_counter() - t2:.3f}")
         else:
             self.cls = getattr(self.problem, "Model", None)
 
@@ -484,7 +491,10 @@ def serve(setup: dict, cmd_in, rep_fd: int) -> None:
 
     try:
         runner = Runner(setup)
-        _send(rep_fd, Reply(op="load", ok=True, env=fingerprint(setup["device"])))
+        t0 = time.perf_counter()
+        env = fingerprint(setup["device"])
+        _send(rep_fd, Reply(op="load", ok=True, env=env,
+                            notes={**runner.steps, "fingerprint_s": f"{time.perf_counter() - t0:.3f}"}))
     except BaseException as e:  # noqa: BLE001
         _send(rep_fd, Reply(op="load", ok=False, error_kind="runtime_error",
                             error=_short_exc(e) + _frames(e, setup.get("solution_path") or setup["problem_path"])))
@@ -554,10 +564,6 @@ def preload_imports(fork_safe: bool = False) -> None:
     forked child could not use it then."""
     import torch
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    try:  # the launch hold's kernel (timing.pin): 0.14 s of the load phase on an H200 machine
-        import triton.language  # noqa: F401
-    except ImportError:
-        pass
     from . import problems, records, timing  # noqa: F401
     if not fork_safe:
         import torch.utils.cpp_extension  # noqa: F401

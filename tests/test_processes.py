@@ -48,7 +48,7 @@ def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, ex
     assert processes_needed(_timing(processes_max=8), n, medians, offset_rel) == expect
     assert processes_needed(_timing(processes_max=5), n, medians, offset_rel) == max(n, min(expect, 5))
     assert processes_needed(_timing(processes_max=8, processes_target_rel=0), n, medians, offset_rel) == n
-    assert processes_needed(_timing(), n, medians, offset_rel) == n  # the default: no more than `processes`
+    assert processes_needed(_timing(), n, medians, offset_rel) == expect  # the default: up to 8
 
 
 def test_no_more_pairs_than_fit_in_the_budget():

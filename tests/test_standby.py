@@ -133,6 +133,27 @@ def test_a_deeper_standby_hands_out_the_oldest_and_refills(standby, tmp_path):
     assert _ext_seen(w) == str(tmp_path / "ext")
 
 
+
+def test_a_group_of_takes_is_started_together_and_the_pool_ends_at_its_depth(standby, tmp_path):
+    """reserve(n) before n takes (a candidate's further processes): all n are started at once, so
+    they prepare side by side instead of one replacement per take; the takes hand out exactly those,
+    oldest first, and start no more until the pool is below its depth again."""
+    sb, taken = standby(2)
+    before = list(sb.pool)
+    sb.reserve(5)
+    group = list(sb.pool)
+    assert len(group) == 5 and group[:2] == before
+    setup, env = _setup(tmp_path)
+    for i in range(3):
+        taken.append(sb.take(setup, env, 120))
+        assert taken[-1] is group[i] and len(sb.pool) == 4 - i
+    for _ in range(2):
+        taken.append(sb.take(setup, env, 120))
+    assert taken == group and len(sb.pool) == 2 and not set(sb.pool) & set(group)
+    assert all(_ext_seen(w) == str(tmp_path / "ext") for w in taken)
+    sb.reserve(1)  # fewer than it holds: nothing started
+    assert len(sb.pool) == 2
+
 def test_slot_keeps_one_standby_and_closes_it():
     from harness.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem

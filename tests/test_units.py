@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -866,3 +867,22 @@ def test_cpu_children_get_a_history_free_heap(monkeypatch):
     cpu, gpu = child_env(None, "cpu"), child_env(None, "cuda")
     assert int(cpu["MALLOC_MMAP_THRESHOLD_"]) == int(gpu["MALLOC_MMAP_THRESHOLD_"]) == 32 << 20
     assert int(cpu["MALLOC_TRIM_THRESHOLD_"]) >= 1 << 30 and "MALLOC_TRIM_THRESHOLD_" not in gpu
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas (CUDA toolkit) on this machine")
+def test_the_hold_kernel_assembles_and_fits_two_1024_thread_blocks_per_sm(tmp_path):
+    """The hold is PTX the driver loads in each process (timing._hold_kernel): assembled here for
+    Hopper, one entry named as the harness's own kernels are recognised, in no more than the 32
+    registers a thread that 2048 threads per SM leave (65536 per SM)."""
+    import re
+    import subprocess
+
+    from harness.timing import _HOLD_PTX
+    src = tmp_path / "hold.ptx"
+    src.write_text(_HOLD_PTX)
+    out = subprocess.run(["ptxas", "-v", "-arch=sm_90", str(src), "-o", str(tmp_path / "hold.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "Compiling entry function 'harness_hold'" in out.stderr
+    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    assert regs <= 32, out.stderr

@@ -63,6 +63,10 @@ def main() -> None:
         if e is not None and op not in e:
             e[op] = time.perf_counter() - e["t0"]
             e[f"stopped_{op}"] = self.stopped_for()
+            if op == "load":  # the child's own steps (worker.Runner), and when it began them
+                n = dict(reply.notes)
+                n["began"] = f"{float(n.get('began', 'nan')) - (time.time() - time.perf_counter() + e['t0']):.2f}"
+                e["steps"] = " ".join(f"{k[:-2] if k.endswith('_s') else k}={v}" for k, v in n.items())
         return reply
 
     isolation.Standby.take, isolation.Worker.wait_reply = take, wait_reply
@@ -96,7 +100,8 @@ def report(procs: dict) -> None:
     for e in rows:
         print(f"{e['pooled']:>24} {e['take']:6.2f} {e.get('load', float('nan')):6.2f} "
               f"{e.get('build', float('nan')):6.2f} {e.get('time', float('nan')):7.2f}   "
-              + " ".join(f"{e.get('stopped_' + k, float('nan')):5.2f}" for k in ("load", "build", "time")))
+              + " ".join(f"{e.get('stopped_' + k, float('nan')):5.2f}" for k in ("load", "build", "time"))
+              + "   " + e.get("steps", ""))
     for k in ("take", "load", "build", "time"):
         v = [e[k] for e in rows if k in e]
         if v:
