@@ -871,9 +871,9 @@ def test_cpu_children_get_a_history_free_heap(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas (CUDA toolkit) on this machine")
 def test_the_hold_kernel_assembles_and_fits_two_1024_thread_blocks_per_sm(tmp_path):
-    """The hold is PTX the driver loads in each process (timing._hold_kernel): assembled here for
-    Hopper, one entry named as the harness's own kernels are recognised, in no more than the 32
-    registers a thread that 2048 threads per SM leave (65536 per SM)."""
+    """The hold is PTX the driver loads in each process (timing._hold_kernel): it assembles for
+    Hopper, its one entry is `harness_hold` (the name _hold_kernel looks up), and it needs no more
+    than the 32 registers a thread that 2048 threads per SM leave (65536 per SM)."""
     import re
     import subprocess
 
