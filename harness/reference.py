@@ -242,7 +242,10 @@ class ReferenceSession:
                 if w.returncode is not None or w.out_of_step:  # as batch.py drops a first one
                     w.close()
             self.extra = [w for w in self.extra if w.returncode is None and not w.out_of_step]
-            new = [self.spawn_reference(on_worker) for _ in range(max(0, n - len(self.extra)))]
+            missing = max(0, n - len(self.extra))
+            if missing and self.standby is not None:
+                self.standby.reserve(missing)  # started together, as a candidate's are (Standby.reserve)
+            new = [self.spawn_reference(on_worker) for _ in range(missing)]
             try:
                 for w in new:
                     load = w.wait_reply("load", to)

@@ -154,11 +154,13 @@ def test_a_group_of_takes_is_started_together_and_the_pool_ends_at_its_depth(sta
     sb.reserve(1)  # fewer than it holds: nothing started
     assert len(sb.pool) == 2
 
-def test_a_candidates_further_processes_are_taken_from_the_standby_started_together(standby):
+def test_further_processes_are_taken_from_the_standby_started_together(standby):
     """A side timed in several processes takes its further ones from the slot's standby, all of
-    them started at once (Standby.reserve) before the first is taken; the verdict and the process
-    count are those of a fresh evaluation."""
-    from harness.evaluation import evaluate
+    them started at once (Standby.reserve) before the first is taken, the reference's as the
+    candidate's; the verdict and the process counts are those of a fresh evaluation."""
+    from harness.evaluation import evaluate, resolve_size
+    from harness.problems import find_problem
+    from harness.reference import ReferenceSession
     sb, _ = standby(1)
     served: list[Worker] = []
     groups: list[list[Worker]] = []
@@ -175,11 +177,18 @@ def test_a_candidates_further_processes_are_taken_from_the_standby_started_toget
     sb.take, sb.reserve = recording_take, recording_reserve
     cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3,
                                        "timing.processes_max": 3, "timing.processes_budget_s": 60})
-    rec = evaluate(TESTS / "fixtures/cpu/honest_cpp.py", TESTS / "problems/relu_add.py", cfg, standby=sb)
+    problem = find_problem(str(TESTS / "problems/relu_add.py"))
+    ref = ReferenceSession(problem, cfg, "cpu", resolve_size(cfg, "cpu"), None, standby=sb)  # as a batch slot's
+    try:
+        rec = evaluate(TESTS / "fixtures/cpu/honest_cpp.py", problem.path, cfg, standby=sb, reference=ref)
+    finally:
+        ref.close()
     assert rec.status.value == "passed", (rec.error, rec.log_tail)
-    assert rec.timing_method["processes"]["candidate"] == 3
-    assert len(groups) == 1 and len(groups[0]) == 2, "the two further processes were not started together"
-    assert served[1:] == groups[0] and all(w.preloaded is not None for w in served)
+    assert rec.timing_method["processes"] == {"candidate": 3, "reference": 3}, rec.timing_method
+    assert [len(g) for g in groups] == [2, 2], "each side's two further processes were not started together"
+    # each side's first process, then each group taken whole, one group after the other
+    assert len(served) == 6 and served[2:] == groups[0] + groups[1], (served, groups)
+    assert all(w.preloaded is not None for w in served)
 
 
 def test_slot_keeps_one_standby_and_closes_it():
