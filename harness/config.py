@@ -138,10 +138,11 @@ class Timing(_Section):
     # its process medians' mean (their observed sd, or the model's where that is larger, over the
     # square root of their number) is under `processes_target_rel`. relu(x + y) at 24 us drew about
     # 0.5-0.7% of sd between processes (H100), up to twice the model: with 4 its 5-run spread was
-    # 0.39-1.67%, with up to 8 0.40-0.88% in five sets. Up to 8 is the default since the further
+    # 0.39-1.67%, with up to 8 0.40-0.94% in six sets. Up to 8 is the default since the further
     # processes start faster (session 26: the hold's kernel loaded without Triton, a group of them
-    # primed at once): the throughput bench's warm run at 0.23 of its cold run with it, against
-    # 0.27-0.29 before (bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md, throughput-cuda.md).
+    # primed at once): the throughput bench's warm run at 0.22-0.25 of its cold run with it on three
+    # machines and 0.32 on a fourth, against 0.27-0.29 before (bench/results/fidelity-NVIDIA_H100_80GB_HBM3.md,
+    # throughput-cuda.md).
     processes_max: int = Field(8, ge=1)
     processes_target_rel: float = Field(0.0025, ge=0)
     # a further pair's timed rounds at least (min_rounds is the first's), under the first pair's
