@@ -514,10 +514,10 @@ class Standby:
         return cand
 
     def reserve(self, n: int) -> None:
-        """Make sure `n` are started for the takes that follow at once (a candidate's further
-        processes): the pool's replacements otherwise start one per take, so a group of 7 primed
-        about two at a time, one after another (bench/diag/further_start.py). Those not taken stay
-        in the pool for later evaluations."""
+        """Make sure `n` are started for the takes that follow at once (a side's further processes,
+        candidate or reference): the pool's replacements otherwise start one per take, so a group of
+        7 primed about two at a time, one after another (bench/diag/further_start.py). Those not
+        taken stay in the pool for later evaluations."""
         with self._cv:
             while len(self.pool) < n:
                 self.pool.append(self._spawn())

@@ -93,8 +93,8 @@ def _hold_kernel(torch):
     device = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(device)
     blocks = props.multi_processor_count * max(1, props.max_threads_per_multi_processor // 1024)
-    # the stream as Triton's launcher reads it, taken now: a solution rebinding torch.cuda's stream
-    # helpers later does not move the hold off the forward's stream
+    # the current stream as torch's own launches read it, its getter taken now: a solution rebinding
+    # torch.cuda's stream helpers later does not move the hold off the forward's stream
     raw_stream = torch._C._cuda_getCurrentRawStream
     arg = c_uint64(0)
     params = (c_void_p * 1)(ctypes.cast(ctypes.pointer(arg), c_void_p))
