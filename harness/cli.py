@@ -191,7 +191,8 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
     evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
     import os
 
-    from .batch import BatchError, _kill_children, run_batch
+    from .batch.plan import BatchError
+    from .batch.run import kill_children, run_batch
 
     if resume and not out:
         raise click.UsageError("--resume needs --out RUN")
@@ -204,7 +205,7 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
         raise click.ClickException(str(e)) from None
     except KeyboardInterrupt:
         # in-flight evaluations are abandoned (their workers killed); threads are not waited for
-        _kill_children()
+        kill_children()
         sys.stderr.flush()
         os._exit(130)
     if as_json:

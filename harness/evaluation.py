@@ -31,7 +31,7 @@ from .kernels import ran as kernels_ran
 from .problems import Problem, find_problem
 from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
 from .reference import ReferenceError, ReferenceSession
-from .sharing import DeviceGate, SoloGate
+from .batch.sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
 from .timing import (clock_checks, gpu_summary, measure, pairs_within_budget, pooled, process_bias_us,

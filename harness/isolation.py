@@ -410,7 +410,7 @@ class Standby:
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
                  prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
-        from .sharing import SoloGate
+        from .batch.sharing import SoloGate
         self.env = _early(env)
         self.depth = max(1, depth)
         self.cpus = cpus  # where they start up: off the slot's timing CPU (cpus.py)

@@ -239,7 +239,7 @@ class ReferenceSession:
         to = self.cfg.timeouts.problem_s
         with self.lock:
             for w in self.extra:
-                if w.returncode is not None or w.out_of_step:  # as batch.py drops a first one
+                if w.returncode is not None or w.out_of_step:  # as batch/executor.py drops a first one
                     w.close()
             self.extra = [w for w in self.extra if w.returncode is None and not w.out_of_step]
             missing = max(0, n - len(self.extra))

@@ -114,7 +114,7 @@ def test_batch_labels_problem_folders_and_unmatched(tmp_path):
 
 
 def test_kernelbench_layout(tmp_path):
-    from harness.batch import run_batch
+    from harness.batch.run import run_batch
 
     kb = tmp_path / "kb" / "level1"
     shutil.copy(PROBLEMS / "relu_add.py", write(kb / "1_Relu_Add.py", ""))
@@ -253,7 +253,7 @@ def test_leaderboard_merges_two_runs(tmp_path):
 # Matching rules and the scheduler, without running anything
 
 def test_matching_rules_and_labels(tmp_path):
-    from harness.batch import plan_items
+    from harness.batch.plan import plan_items
     from harness.problems import discover, find_problem
     problems = discover([PROBLEMS]) + discover([ROOT / "problems"])
     subs = tmp_path / "subs"
@@ -281,13 +281,13 @@ class FakeExecutor:
     """Instant outcomes; remembers what ran where."""
 
     def __init__(self, slots):
-        from harness.executor import DeviceSlot
+        from harness.batch.executor import DeviceSlot
         self.slots = [DeviceSlot(n, "cpu") for n in slots]
         self.compile_workers = 2
         self.evals, self.retired = [], []
 
     def submit_compile(self, task):
-        from harness.executor import CompileOutcome
+        from harness.batch.executor import CompileOutcome
         from harness.records import CompileReply, EvalResult
         f = Future()
         if "bad" in task.solution:
@@ -300,7 +300,7 @@ class FakeExecutor:
         return f
 
     def submit_eval(self, task, slot):
-        from harness.executor import EvalOutcome
+        from harness.batch.executor import EvalOutcome
         from harness.records import EvalResult
         assert "bad" not in task.solution, "a failed build reached a device"
         self.evals.append((slot.name, task.problem.name))
@@ -322,7 +322,9 @@ class FakeExecutor:
 def test_pipeline_schedule(tmp_path):
     from rich.console import Console
 
-    from harness.batch import BatchSummary, EventLog, Item, Pipeline, ResultsFile
+    from harness.batch.pipeline import BatchSummary, Pipeline
+    from harness.batch.plan import Item
+    from harness.batch.runfolder import EventLog, ResultsFile
     from harness.problems import discover
     probs = {p.name: p for p in discover([PROBLEMS])}
     names = [("relu_add", "x0"), ("relu_add", "x1"), ("relu_add", "bad"), ("relu_add", "x2"),
@@ -349,9 +351,10 @@ def test_pipeline_schedule(tmp_path):
 def test_an_evaluation_in_the_background_frees_its_lane_up_to_twice_the_lanes():
     """An evaluation in a phase that holds no lane (the profiler's start-up: sharing.DeviceGate.
     background) lets the slot start another beside it, up to twice its lanes in flight."""
-    from harness.batch import Item, SlotState
-    from harness.executor import DeviceSlot
-    from harness.sharing import DeviceGate
+    from harness.batch.pipeline import SlotState
+    from harness.batch.plan import Item
+    from harness.batch.executor import DeviceSlot
+    from harness.batch.sharing import DeviceGate
     gate = DeviceGate()
     st = SlotState(DeviceSlot("cuda:0", "cuda", concurrency=2), background=lambda: gate.backgrounded)
     for i in range(2):
@@ -373,9 +376,10 @@ def test_a_candidate_phase_that_runs_long_frees_its_lane():
     phase never does, and the count falls back as the long one ends."""
     import time
 
-    from harness.batch import Item, SlotState
-    from harness.executor import DeviceSlot
-    from harness.sharing import DeviceGate, SoloGate
+    from harness.batch.pipeline import SlotState
+    from harness.batch.plan import Item
+    from harness.batch.executor import DeviceSlot
+    from harness.batch.sharing import DeviceGate, SoloGate
     gate = DeviceGate()
     st = SlotState(DeviceSlot("cuda:0", "cuda", concurrency=1), background=lambda: gate.backgrounded)
     st.start(Item(0, Path("s0.py"), None, None))
@@ -399,7 +403,8 @@ def test_a_candidate_phase_that_runs_long_frees_its_lane():
 def test_gpu_slots_pin_each_gpu(monkeypatch):
     """Without a GPU here: the slots a two-GPU machine would get, each child pinned to its GPU, and one
     arch list for builds and evaluations."""
-    import harness.batch as b
+    import harness.batch.devices as b
+    from harness.batch.plan import BatchError
     monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [{"name": "H100", "cap": [9, 0]},
                                                                           {"name": "A100", "cap": [8, 0]}])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
@@ -409,11 +414,11 @@ def test_gpu_slots_pin_each_gpu(monkeypatch):
     assert b.cuda_arch_list(gpus) == "8.0;9.0"
     device, slots, gpus = b.make_slots("cuda", "1")
     assert [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:1", "3")] and gpus[0]["name"] == "A100"
-    with pytest.raises(b.BatchError):
+    with pytest.raises(BatchError):
         b.make_slots("cuda", "5")
     monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [])
     assert b.make_slots("auto", None)[0] == "cpu"
-    with pytest.raises(b.BatchError):
+    with pytest.raises(BatchError):
         b.make_slots("cuda", None)
 
 
@@ -422,7 +427,7 @@ def test_the_gpu_probe_is_not_waited_for_when_started_and_a_cpu_batch_stops_it(m
     its answer is read when the slots are made, and a batch that turns out to be on the CPU kills it."""
     import time
 
-    import harness.batch as b
+    import harness.batch.devices as b
     monkeypatch.setattr(b, "nvml_gpus", lambda: None)  # NVML cannot say: the child asks torch
     monkeypatch.setattr(b, "_PROBE", "import json, time; time.sleep(1.0); print(json.dumps([{'name': 'X', 'cap': [9, 0]}]))")
     t0 = time.perf_counter()
@@ -444,7 +449,7 @@ def test_nvml_answers_for_the_gpus_cuda_will_show_and_otherwise_leaves_it_to_tor
     import sys
     import types
 
-    import harness.batch as b
+    import harness.batch.devices as b
     devs = [("NVIDIA H200", (9, 0), "GPU-aaa"), ("NVIDIA H200", (9, 0), "GPU-bbb")]
     nv = types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: len(devs),
@@ -479,7 +484,7 @@ def test_torch_versions_are_read_without_importing_torch():
     a GPU machine, which came before the batch's start): its modules do not import torch."""
     import subprocess
     import sys
-    code = ("import sys, harness.batch, harness.evaluation, harness.executor, harness.reference, harness.cli\n"
+    code = ("import sys, harness.batch.run, harness.evaluation, harness.batch.executor, harness.reference, harness.cli\n"
             "from harness.build import torch_versions\n"
             "v = torch_versions()\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
@@ -492,7 +497,7 @@ def test_torch_versions_are_read_without_importing_torch():
 def test_compile_plan_starts_a_build_per_core(monkeypatch):
     """A build per core, two compiler jobs each for a CUDA extension (.cpp and .cu at once; the .cu
     alone most of the time), so the cores stay full. MAX_JOBS and --compile-workers win."""
-    from harness.batch import compile_plan
+    from harness.batch.run import compile_plan
     monkeypatch.delenv("MAX_JOBS", raising=False)
     assert compile_plan("cuda", cores=16) == (16, 2)
     assert compile_plan("cpu", cores=2) == (2, 1)

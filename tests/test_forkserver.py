@@ -12,7 +12,7 @@ import torch
 
 from conftest import TESTS
 from harness.build import child_env
-from harness.executor import neighbour_may_have_caused
+from harness.batch.executor import neighbour_may_have_caused
 from harness.forkserver import EXIT_UNKNOWN
 from harness.isolation import Standby, Worker, describe_exit
 from harness.records import EvalResult, Status

@@ -181,7 +181,7 @@ def test_a_batch_times_each_side_in_several_processes_from_its_standbys(tmp_path
     """The batch path: further candidate processes come from the slot's standbys, two evaluations
     share the slot (each one's further processes registered with its gate), and the problem's
     further reference processes are shared by its solutions."""
-    from harness.batch import run_batch
+    from harness.batch.run import run_batch
     sols = tmp_path / "sols" / "relu_add"
     for i, body in enumerate(["torch.relu(a + b)", "(a + b).clamp_min(0)", "torch.maximum(a + b, torch.zeros_like(a))"]):
         (sols.parent / "relu_add").mkdir(parents=True, exist_ok=True)

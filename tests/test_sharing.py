@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import TESTS, make_config, read_expectation
-from harness.sharing import DeviceGate
+from harness.batch.sharing import DeviceGate
 
 
 class FakeWorker:
@@ -241,7 +241,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
     record, flagged rerun_alone. A failure no neighbour can cause (the solution raised) is final at
     once, shared or not, and so is any failure with no neighbour."""
     import harness.evaluation as ev
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import EvalResult, Status
 
@@ -299,7 +299,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
     ("building ModelNew: TypeError: __init__() takes 1 positional argument but 3 were given", False),
 ])
 def test_only_failures_a_neighbour_could_cause_are_rerun_alone(text, rerun):
-    from harness.executor import neighbour_may_have_caused
+    from harness.batch.executor import neighbour_may_have_caused
     from harness.records import EvalResult, Status
     for status in (Status.runtime_error, Status.interface_error):
         assert neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text)) is rerun
@@ -311,7 +311,7 @@ def test_real_evaluations_share_a_slot_and_timing_overlaps_nothing():
     """Real processes: four fixtures on one CPU slot with three evaluations at once. Every verdict
     is the one it gets alone, some untimed phases ran side by side, and no timing phase overlapped
     any other phase but the stoppable ones it stopped."""
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     names = ["honest_linear_torch.py", "zeros_tiny_softmax.py", "raise_in_forward.py", "wrong_cpp.py"]
     exps = [read_expectation(TESTS / "fixtures" / "cpu" / n) for n in names]
@@ -342,7 +342,7 @@ def test_sessions_in_use_are_never_evicted(monkeypatch):
     """SlotRuntime keeps at most max_sessions reference sessions, closing the least recently used
     idle one, and never one another evaluation still holds."""
     import harness.evaluation as ev
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import EvalResult, Status
     from harness.reference import ReferenceSession
@@ -378,7 +378,7 @@ def test_sessions_in_use_are_never_evicted(monkeypatch):
 def test_a_slot_closes_its_processes_all_at_once():
     """At a batch's end every reference and standby process of a slot is closed at once: a GPU
     process's exit takes its context's teardown, and one after another they added seconds."""
-    from harness.executor import DeviceSlot, SlotRuntime
+    from harness.batch.executor import DeviceSlot, SlotRuntime
 
     closed: list[str] = []
 
@@ -439,7 +439,7 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
     import sys
 
     from harness import cpus
-    from harness.executor import DeviceSlot, SlotRuntime
+    from harness.batch.executor import DeviceSlot, SlotRuntime
     smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731  (16 CPUs, 8 cores of 2 threads)
     assert cpus.plan(1, list(range(16)), smt) == ([15], set(range(16)) - {7, 15})
     assert cpus.plan(2, list(range(16)), smt) == ([15, 14], set(range(16)) - {6, 7, 14, 15})
@@ -475,7 +475,7 @@ def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, c
     import sys
 
     from harness import cpus
-    from harness.executor import DeviceSlot, SlotRuntime
+    from harness.batch.executor import DeviceSlot, SlotRuntime
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         pytest.skip("needs two CPUs")
@@ -561,7 +561,7 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
     the slot counts one start (it counted every evaluation that waited on it: 12-15 "starts" for 3
     problems in the GPU throughput bench)."""
     import harness.evaluation as ev
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import EvalResult, Status
     from harness.reference import ReferenceSession
@@ -604,7 +604,7 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
     from types import SimpleNamespace
 
     import harness.evaluation as ev
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import EvalResult, Status
     from harness.reference import ReferenceError, ReferenceSession
@@ -656,8 +656,8 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
 def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming():
     """Priming a standby (isolation.Standby) runs GPU work inside a shared phase: on a GPU slot the
     gate must be a real one, even with one evaluation at a time, or priming could overlap timing."""
-    from harness.executor import DeviceSlot, SlotRuntime
-    from harness.sharing import SoloGate
+    from harness.batch.executor import DeviceSlot, SlotRuntime
+    from harness.batch.sharing import SoloGate
     gpu = SlotRuntime(DeviceSlot("cuda:0", "cuda", concurrency=1), "small", None)
     cpu = SlotRuntime(DeviceSlot("cpu", "cpu", concurrency=1), "small", None)
     assert type(gpu.gate) is DeviceGate and type(cpu.gate) is SoloGate
@@ -668,7 +668,7 @@ def test_a_candidates_own_timeout_keeps_its_problems_reference(tmp_path, monkeyp
     the next solution of that problem reuses it (restarting it cost 1-2.5 s on an H200 machine). A
     reference with a reply still owed (it timed out itself) is not reused. Real processes, CPU."""
     import harness.evaluation as ev
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     from harness.records import Status
     honest = tmp_path / "honest.py"

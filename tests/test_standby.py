@@ -192,7 +192,7 @@ def test_further_processes_are_taken_from_the_standby_started_together(standby):
 
 
 def test_slot_keeps_one_standby_and_closes_it():
-    from harness.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
     exp = read_expectation(TESTS / "fixtures" / "cpu" / "zeros_tiny_softmax.py")  # judged before any timing
     rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None)
@@ -252,7 +252,7 @@ def _wait_primed(w: Worker) -> None:
 def test_a_primed_standby_pins_before_its_setup_and_never_beside_timing(standby, tmp_path):
     """Priming (CUDA context and pinned timing primitives, on a GPU slot) runs GPU work, so it waits
     for the slot's timing to end: a shared phase of the gate, never beside an exclusive one."""
-    from harness.sharing import DeviceGate
+    from harness.batch.sharing import DeviceGate
     gate = DeviceGate(record=True)
     with gate.exclusive("timing"):
         sb, taken = standby(prime="cpu", gate=gate)
@@ -274,7 +274,7 @@ def test_a_primed_standby_pins_before_its_setup_and_never_beside_timing(standby,
 def test_a_standby_taken_before_its_priming_goes_out_unprimed(standby, tmp_path):
     """While timing holds the gate, the next evaluation's take() does not wait for priming: the
     worker goes out as it is (its load pins for itself) and its priming thread stands down."""
-    from harness.sharing import DeviceGate
+    from harness.batch.sharing import DeviceGate
     gate = DeviceGate(record=True)
     setup, env = _setup(tmp_path)
     with gate.exclusive("timing"):

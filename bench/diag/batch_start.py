@@ -56,7 +56,7 @@ def main() -> None:
     import throughput as tp
 
     from harness import evaluation, forkserver, isolation, reference
-    from harness.batch import run_batch
+    from harness.batch.run import run_batch
     from harness.config import load_config
 
     wid = lambda w: getattr(getattr(w, "proc", None), "pid", id(w))  # noqa: E731

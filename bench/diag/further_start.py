@@ -39,7 +39,8 @@ def main() -> None:
                     help="a further warm run with this setting as well (e.g. concurrent_evaluations=1)")
     args = ap.parse_args()
     import throughput
-    from harness import batch, isolation
+    from harness import isolation
+    from harness.batch.run import run_batch
     from harness.config import load_config
 
     lock = threading.Lock()
@@ -87,7 +88,7 @@ def main() -> None:
             cfg = load_config(str(path), {"device": "cuda"})
             procs.clear()
             t0 = time.perf_counter()
-            batch.run_batch([str(work / "subs")], cfg, problem_roots=[str(throughput.PROBLEMS)],
+            run_batch([str(work / "subs")], cfg, problem_roots=[str(throughput.PROBLEMS)],
                             out=str(work / f"run{i}"), show_progress=False)
             print(f"{name}: {time.perf_counter() - t0:.1f} s, {len(procs)} further processes", flush=True)
             if name != "cold":

@@ -25,7 +25,7 @@ timed. A `DeviceGate` is the slot's readers-writer lock for that:
 
 Why stop rather than wait: a writer waiting for every phase in flight to end waited for the longest
 of them (a start of 1-5 s), while the phases queued behind it waited too. With 4 evaluations in
-flight, a warm batch spent 3.6 s per solution at the gate against 0.36 s of timing (session 10).
+flight, a warm batch spent 3.6 s per solution at the gate against 0.36 s of timing.
 
 What it cannot stop: GPU work a neighbour queued before it was stopped still drains (hence the quiet
 wait), and a neighbour's exit in progress.
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from .cpus import Lender
+    from ..cpus import Lender
 
 
 class DeviceGate:

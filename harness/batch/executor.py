@@ -1,6 +1,6 @@
 """Where a batch's work runs: builds on CPU workers, evaluations on device slots.
 
-The pipeline (batch.py) decides what runs next and writes the records; an `Executor` only runs two
+The pipeline (pipeline.py) decides what runs next and writes the records; an `Executor` only runs two
 kinds of task and hands back futures:
 
 - `submit_compile(task)`: build one solution into the content-addressed cache in an isolated child
@@ -14,9 +14,10 @@ kinds of task and hands back futures:
 - `retire(problem)`: no more evaluations of this problem: slots close its reference sessions.
 
 `LocalExecutor` runs compiles on a thread pool (each compile is a child process already) and gives
-each slot one thread per evaluation it may run at once. A distributed backend (Ray: compile tasks as remote functions, one actor per
-GPU running `SlotRuntime`) fits behind the same four methods; the tasks and outcomes are plain,
-picklable data and the work functions below carry no state but the slot's sessions.
+each slot one thread per evaluation it may run at once. A distributed backend (Ray: compile tasks as
+remote functions, one actor per GPU running `SlotRuntime`) fits behind the same four methods; the
+tasks and outcomes are plain, picklable data and the work functions below carry no state but the
+slot's sessions.
 """
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
-from .build import build_child, child_env
-from .config import Config
-from .cpus import Lender
-from .isolation import Standby, close_all
-from .problems import Problem
-from .records import CompileReply, EvalResult, Status
+from ..build import build_child, child_env
+from ..config import Config
+from ..cpus import Lender
+from ..isolation import Standby, close_all
+from ..problems import Problem
+from ..records import CompileReply, EvalResult, Status
 from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
@@ -165,11 +166,11 @@ _source_lock = threading.Lock()
 def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileOutcome:
     """Build one solution in an isolated child. Items that need no device get their record here.
     `lender`: the build also borrows the timing CPUs while nothing is timed (cpus.Lender)."""
-    from .build import extensions_dir, source_file
-    from .evaluation import builds_extensions, evaluate
-    from .reference import ReferenceSession
-    from .solutions import load_solution
-    from .static_checks import check_source
+    from ..build import extensions_dir, source_file
+    from ..evaluation import builds_extensions, evaluate
+    from ..reference import ReferenceSession
+    from ..solutions import load_solution
+    from ..static_checks import check_source
 
     t0 = time.perf_counter()
     out = CompileOutcome(index=task.index)
@@ -253,7 +254,7 @@ class SlotRuntime:
         self._lock = threading.Lock()
 
     def _session(self, problem: Problem, cfg: Config):
-        from .reference import ReferenceSession
+        from ..reference import ReferenceSession
         key = problem_key(problem)
         with self._lock:
             s = self.sessions.get(key)
@@ -314,10 +315,11 @@ class SlotRuntime:
 
     def _early_reference(self, key: str, session) -> None:
         """Start a problem's reference beside the first candidate's start and trials instead of after
-        them: without this, the evaluations that begin a problem (up to a lane each) made a warm
-        throughput bench on an H100 wait 0.54 s per solution on average for it, and 0.07 s with it. The candidate still gets
-        memory poisoned by its own process, and every later solution of the problem follows a
-        reference process already, in a batch; the process boundary is what keeps them apart.
+        them: without this, the evaluations that begin a problem (up to a lane each) waited for it,
+        0.54 s per solution on average in a warm throughput bench on an H100 (0.07 s with it). The
+        candidate still gets memory poisoned by its own process, and every later solution of the
+        problem follows a reference process already, in a batch; the process boundary is what keeps
+        them apart.
         A failure is left to the evaluation's own start, which reports it."""
         with self._lock:
             if session.worker is not None or id(session) in self._starting:
@@ -342,8 +344,8 @@ class SlotRuntime:
         t.start()
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:
-        from .evaluation import evaluate
-        from .reference import ReferenceError
+        from ..evaluation import evaluate
+        from ..reference import ReferenceError
 
         t0 = time.perf_counter()
         out = EvalOutcome(index=task.index, slot=self.slot.name)
@@ -433,7 +435,7 @@ class LocalExecutor:
         self._compile_pool = ThreadPoolExecutor(self.compile_workers, thread_name_prefix="compile")
         # solutions with nothing to build never wait behind a build: their devices stay fed meanwhile
         self._light_pool = ThreadPoolExecutor(1, thread_name_prefix="read")
-        # twice the lanes: evaluations in a background phase leave theirs to another (batch.SlotState)
+        # twice the lanes: evaluations in a background phase leave theirs to another (pipeline.SlotState)
         self._slot_pools = {s.name: ThreadPoolExecutor(2 * max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
                             for s in slots}
         self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender) for s in slots}

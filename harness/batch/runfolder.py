@@ -1,0 +1,74 @@
+"""The run folder's files: its default name, results.jsonl (read back for --resume, appended one
+record at a time) and events.jsonl (the run's timeline)."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from ..records import EvalResult
+
+def default_run_dir(base: Path = Path("results")) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out, n = base / stamp, 1
+    while out.exists():
+        n += 1
+        out = base / f"{stamp}-{n}"
+    return out
+
+
+def record_key(label: Optional[str], solution: str, solution_hash, problem_hash, config_hash) -> tuple:
+    """Identity of a finished item. The path and label are part of it: two submitters (or two
+    samples) with identical code are two items, each owed its record."""
+    return (label or "", str(Path(solution).resolve()), solution_hash, problem_hash, config_hash)
+
+
+def read_records(path: Path) -> list[dict]:
+    out = []
+    if not path.exists():
+        return out
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break  # a line cut by a crash: that item is redone
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+class ResultsFile:
+    """results.jsonl, appended one record at a time, each on disk before the next item is counted."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        if path.exists():  # drop a partial last line left by a crash, so appends stay one per line
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with open(path, "r+b") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+        self.fh = open(path, "a", encoding="utf-8")
+
+    def write(self, rec: EvalResult) -> None:
+        self.fh.write(rec.model_dump_json() + "\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class EventLog:
+    def __init__(self, path: Path):
+        self.fh = open(path, "a", encoding="utf-8")
+
+    def write(self, event: str, **data) -> None:
+        self.fh.write(json.dumps({"event": event, "time": _dt.datetime.now().isoformat(timespec="seconds"),
+                                  **data}) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
