@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.build import compile_solution, extensions_dir, source_file
-from harness.evaluation import builds_extensions, resolve_device
+from harness.build import builds_extensions
+from harness.evaluation import resolve_device
 from harness.config import load_config
 from harness.solutions import load_solution
 

@@ -61,6 +61,11 @@ def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
     return d.resolve()
 
 
+def builds_extensions(code: str) -> bool:
+    """Does the solution compile extensions (load_inline and friends), so that a build child runs it?"""
+    return "cpp_extension" in code or "load_inline" in code
+
+
 def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     """None for ext_dir: a standby's environment, whose extension directory comes with its setup."""
     env = dict(os.environ)

@@ -12,10 +12,9 @@ import torch
 
 from .config import Config, Tolerance
 from .correctness import compare_tensors
-from .evaluation import tolerance_for
 from .problems import Problem
 from .records import Command
-from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta
+from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta, tolerance_for
 
 
 def _tensors(out) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .build import child_env
-from .config import Config
+from .config import Config, Tolerance
 from .isolation import Standby, Worker
 from .problems import Problem
 from .records import Command, EnvInfo
@@ -136,6 +136,18 @@ def meta_issues(problem: Problem) -> list[str]:
                         out.append(f"{k} sets {name!r}, which the module does not define"
                                    + (f" (did you mean {near[0]!r}?)" if near else ""))
     return out
+
+
+def tolerance_for(cfg: Config, dtype: Optional[str], meta: dict) -> Tolerance:
+    """The tolerances a trial is judged by: the dtype's, or the problem's own (HARNESS_META) for it."""
+    name = dtype or meta.get("dtype", "fp32")
+    if name not in cfg.correctness.tol:  # the problem's HARNESS_META names one the harness has none for
+        raise ReferenceError(f"HARNESS_META dtype {name!r} is not one of {', '.join(cfg.correctness.tol)}")
+    tol = cfg.correctness.tol[name].model_copy()
+    for k in ("atol", "rtol", "rel_l2"):
+        if meta.get(k) is not None and dtype in (None, meta.get("dtype", "fp32")):
+            setattr(tol, k, float(meta[k]))
+    return tol
 
 
 @dataclass

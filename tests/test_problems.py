@@ -72,7 +72,7 @@ def test_meta_that_would_be_read_in_part_or_not_at_all_is_named(tmp_path):
 
 
 def test_a_dtype_without_tolerances_fails_the_problem_not_the_harness():
-    from harness.evaluation import tolerance_for
+    from harness.reference import tolerance_for
     from harness.reference import ReferenceError
     with pytest.raises(ReferenceError, match="'float32' is not one of fp32, fp16, bf16"):
         tolerance_for(make_config(device="cpu"), None, {"dtype": "float32"})

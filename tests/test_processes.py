@@ -104,18 +104,18 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
     medians, every pair's calls pooled; a second solution of the problem reuses the session's
     further reference processes instead of starting new ones. The candidate's further processes,
     started at once, each poison at most FURTHER_POISON_BYTES of the GPU's memory, not a quarter."""
-    from harness import evaluation
     from harness.evaluation import evaluate
+    from harness.stages import candidate
     from harness.problems import find_problem
     from harness.reference import ReferenceSession
     setups = []
 
-    class Recorded(evaluation.Worker):
+    class Recorded(candidate.Worker):
         def __init__(self, setup, *a, **k):
             setups.append(setup)
             super().__init__(setup, *a, **k)
 
-    monkeypatch.setattr(evaluation, "Worker", Recorded)
+    monkeypatch.setattr(candidate, "Worker", Recorded)
     cfg = make_config(device="cpu", **{"timing.processes_when": "always", "timing.processes": 3,
                                        "timing.processes_max": 3, "timing.processes_budget_s": 0})
     prob = find_problem(ROOT / "tests/problems/relu_add.py")
@@ -128,7 +128,7 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
         # every pair contributes its kept calls (at least cpu_min_calls each)
         assert r.runtime_stats.count >= 3 * cfg.timing.cpu_min_calls
         assert r.phases.processes_s > 0
-        assert [st.get("poison_max_bytes") for st in setups] == [None] + [evaluation.FURTHER_POISON_BYTES] * 2
+        assert [st.get("poison_max_bytes") for st in setups] == [None] + [candidate.FURTHER_POISON_BYTES] * 2
         extra = [w.pid for w in ref.extra]
         assert len(extra) == 2 and all(w.returncode is None for w in ref.extra)
         r2 = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)

@@ -405,8 +405,9 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
     not wait for them (its gate stops this candidate meanwhile). The profiled forward itself runs the
     solution on the device: a shared phase."""
     from harness.config import load_config
-    from harness.evaluation import _list_kernels
     from harness.records import EvalResult, PhaseTimes, Reply, Status
+    from harness.stages.context import Context
+    from harness.stages.kernels import run_listing
 
     gate = DeviceGate(record=True)
     seen: list[tuple[str, int]] = []
@@ -422,7 +423,8 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
 
     res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])
     phases = PhaseTimes()
-    _list_kernels(res, phases, Cand(), ["my_relu_kernel"], 7, load_config(), gate)
+    ctx = Context(cfg=load_config(), gate=gate, problem=None, res=res, phases=phases, device="cuda")
+    run_listing(ctx, Cand(), ["my_relu_kernel"], 7)
     assert seen == [("profiler", 0), ("kernels", 1)]
     assert phases.profiler_start_s == 3.5 and phases.profile_s == 0.01
     assert res.timing_method["kernel_list"] == "cupti"

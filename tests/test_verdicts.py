@@ -45,6 +45,7 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
     from conftest import ROOT, make_config
 
     from harness import evaluation
+    from harness.stages import timed
     seq = list(flags_seen)
     calls = []
 
@@ -52,7 +53,7 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
         calls.append(len(m.cand.times))
         return list(seq.pop(0)) if seq else []
 
-    monkeypatch.setattr(evaluation, "clock_checks", scripted)
+    monkeypatch.setattr(timed, "clock_checks", scripted)
     cfg = make_config(device="cpu", **{"hardening.clock_check_confirmations": confirmations})
     r = evaluation.evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py", cfg)
     assert r.status.value == status, (r.error, r.flags)

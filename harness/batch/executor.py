@@ -166,8 +166,8 @@ _source_lock = threading.Lock()
 def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileOutcome:
     """Build one solution in an isolated child. Items that need no device get their record here.
     `lender`: the build also borrows the timing CPUs while nothing is timed (cpus.Lender)."""
-    from ..build import extensions_dir, source_file
-    from ..evaluation import builds_extensions, evaluate
+    from ..build import builds_extensions, extensions_dir, source_file
+    from ..evaluation import evaluate
     from ..reference import ReferenceSession
     from ..solutions import load_solution
     from ..static_checks import check_source

@@ -124,7 +124,7 @@ class Matcher:
 
 def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: Optional[str],
                roots_text: str) -> tuple[list[Item], list[Skipped]]:
-    from ..evaluation import builds_extensions
+    from ..build import builds_extensions
     from ..solutions import load_solution
     matcher = Matcher(problems, fixed)
     items, skipped = [], []

@@ -1,0 +1,102 @@
+"""Stage 3: the candidate's processes. The first imports the solution and builds ModelNew from the
+reference's secret seed; where a side is timed in several processes, further ones do the same for
+timing only. Each comes from the batch slot's standby where there is one, else is spawned fresh."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..build import child_env
+from ..isolation import Worker
+from ..records import Command
+from ..reference import ReferenceSession
+from ..timing import warm_up
+from .build import Built
+from .context import Context, answer, ask, wait_load
+
+# A further process (timing only) poisons less of the GPU's memory: several start at once, each sees
+# the same free memory, and 7 taking 8 GB each ran an H100 out of it. Its outputs are checked by
+# fingerprints.
+FURTHER_POISON_BYTES = 1 << 30
+
+
+class CandidateProcesses:
+    """`first` runs the trials and the first timing pair; `further` are the timing-only ones. All of
+    them are registered with the device slot's gate, which stops them while others are timed."""
+
+    def __init__(self, ctx: Context, ref: ReferenceSession, built: Built):
+        self.ctx, self.ref = ctx, ref
+        self.setup = ref.setup_dict("candidate", str(built.module))
+        self.env = child_env(built.ext_dir, ctx.device, ctx.env_extra)
+        self.first: Optional[Worker] = None
+        self.further: list[Worker] = []
+
+    @property
+    def started(self) -> bool:
+        return self.first is not None
+
+    def _spawn(self, phase, further: bool = False) -> Worker:
+        """A candidate's process, stopped by others' timing from its start."""
+        s = {**self.setup, "poison_max_bytes": FURTHER_POISON_BYTES} if further else self.setup
+        if self.ctx.standby:
+            return self.ctx.standby.take(s, self.env, self.ctx.cfg.timeouts.load_s, on_worker=phase.add)
+        w = Worker(s, env=self.env)
+        phase.add(w)
+        return w
+
+    def start(self) -> None:
+        """The first process: the solution imported, ModelNew built from the reference's seed."""
+        cfg, gate = self.ctx.cfg, self.ctx.gate
+        with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+            self.first = self._spawn(phase)
+            gate.register(self.first)
+            wait_load(self.first, cfg.timeouts.load_s)
+            ask(self.first, Command(op="build", init_seed=self.ref.plan.init_seed), cfg.timeouts.load_s,
+                "building ModelNew")
+
+    def restart(self) -> Worker:
+        """The first process replaced by a fresh one (a failed CUDA graph capture leaves torch half
+        in capture mode in its process)."""
+        self.first.kill()
+        self.start()
+        return self.first
+
+    def more(self, n: int, spans: bool) -> list[Worker]:
+        """`n` more processes, for timing only (timing.processes_for): each imports the solution and
+        builds ModelNew from the same seed; every timed call's output is checked against the
+        reference's, as the first process's are. Returns all further processes so far."""
+        cfg, gate, seed = self.ctx.cfg, self.ctx.gate, self.ref.plan.init_seed
+        with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+            if self.ctx.standby:
+                self.ctx.standby.reserve(n)
+            new = [self._spawn(phase, further=True) for _ in range(n)]
+            self.further.extend(new)
+            gate.register(self.first, *self.further)
+            for w in new:
+                wait_load(w, cfg.timeouts.load_s)
+            # each step sent to every process, then their replies read: they work at once
+            sent = [(w, w.send(Command(op="build", init_seed=seed))) for w in new]
+            for w, t0 in sent:
+                answer(w, "build", t0, cfg.timeouts.load_s, "building ModelNew in a further process")
+            sent = [(w, w.send(warm_up(cfg.timing, self.ref.rng, spans))) for w in new]
+            for w, t0 in sent:
+                answer(w, "time", t0, cfg.timeouts.run_s, "the first timing request of a further process")
+        return list(self.further)
+
+    def warm_up(self) -> None:
+        """On a GPU, outside the timing phase: what the first process pays once for timing (CUPTI's
+        start, the flush buffer, NVML), while every other evaluation on the GPU would wait."""
+        ctx = self.ctx
+        t0 = ctx.clock()
+        with ctx.gate.stoppable(ctx.cfg.batch.slow_phase_frees_lane_s) as phase:
+            phase.add(self.first)
+            ask(self.first, warm_up(ctx.cfg.timing, self.ref.rng), ctx.cfg.timeouts.run_s, "the first timing request")
+        ctx.phases.processes_s += ctx.clock() - t0
+
+    def close(self) -> None:
+        if self.first is None:
+            return
+        gate = self.ctx.gate
+        gate.unregister()
+        with gate.shared():  # its exit frees device memory: not beside a neighbour's timing
+            for w in [self.first] + self.further:
+                w.close()

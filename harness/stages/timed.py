@@ -1,0 +1,334 @@
+"""Stage 5: timing. Reference and candidate are timed in alternating rounds on the same device, each
+process pair measured and held to every check on its own (timed outputs re-checked by fingerprint,
+device times cross-checked against host clocks, a flagged measurement taken again). A short forward
+of several launches is timed in further process pairs (timing.processes_for), all kept calls
+pooled. The timing loop itself is the child's (timing.time_calls); this is the parent's side."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .. import cpus
+from ..isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from ..records import Command, Status
+from ..reference import ReferenceSession
+from ..timing import (Measurement, clock_checks, gpu_summary, measure, pairs_within_budget, pooled,
+                      process_offset_rel, processes_for, processes_needed, span_choice, summarize)
+from .candidate import CandidateProcesses
+from .context import Context, Failure
+
+
+@dataclass
+class Timed:
+    """The measurement the record reports: every pair's calls pooled."""
+
+    measured: list[Measurement]      # each process pair's own measurement
+    pooled: Measurement
+    processes: dict[str, int]        # processes each side was timed in
+    spans: bool                      # kernel spans (CUPTI) chose the reported times, not events
+    pair_notes: dict[int, dict] = field(default_factory=dict)
+
+
+class PairTimer:
+    """Measures one process pair at a time under the gate's exclusive hold."""
+
+    def __init__(self, ctx: Context, cand: CandidateProcesses, ref: ReferenceSession):
+        self.ctx, self.cand, self.ref = ctx, cand, ref
+        self.cfg = ctx.cfg               # a copy without CUDA graphs once a capture failed
+        self.settled = 0.0               # waiting for standbys to finish starting: not timing
+        self.quiet_flags: list[str] = []
+        self.record_spans: Optional[list] = None  # the first pair's kernel-span decision
+        self.first_hold: Optional[float] = None   # the first pair's launch hold, for further pairs
+        self.gpu = (ctx.env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else ours
+
+    def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
+        ctx, cfg = self.ctx, self.ctx.cfg
+        gate, standby = ctx.gate, ctx.standby
+        # nothing else on this device or beside it while either side is timed (this evaluation's
+        # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
+        with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
+                [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender):
+            if held.preempted and ctx.cuda:
+                _quiet(r, ctx, self.quiet_flags)
+            if standby is not None and not ctx.cuda:
+                # timed CPU rounds would share cores and memory bandwidth with the next candidate's
+                # start-up; on a GPU it goes on, off the device's critical path
+                s0 = time.perf_counter()
+                standby.settle(cfg.timeouts.load_s)
+                self.settled += time.perf_counter() - s0
+            # a further pair: kernel spans recorded or not as in the first (whose decision on them is
+            # made again on the pooled calls, and noted), fewer rounds, a share of the budget
+            further = {} if pair == 0 else {
+                "compiled": False, "spans": self.record_spans, "min_rounds": cfg.timing.processes_rounds,
+                "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max),
+                "hold_us": self.first_hold}
+            return measure(c, r, self.cfg, self.ref.rng, cuda=ctx.cuda, tol=ctx.tol, timeout=cfg.timeouts.run_s,
+                           ref_timeout=cfg.timeouts.problem_s, gpu=self.gpu, **further)
+
+    def _once(self, c: Worker, r: Worker, pair: int) -> Measurement:
+        run_s = self.ctx.cfg.timeouts.run_s
+        try:
+            return self._measure(c, r, pair)
+        except WorkerTimeout:
+            c.kill()
+            raise Failure(Status.timeout, f"a timing round did not finish within {run_s:g} s") from None
+        except WorkerDied as e:
+            raise Failure(Status.runtime_error, "the solution's process died while being timed: "
+                          f"{describe_exit(e.returncode)}", log=c.log_tail()) from None
+        except WorkerProtocolError as e:
+            raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
+
+    def checked(self, c: Worker, r: Worker, pair: int) -> tuple[Measurement, dict]:
+        """One process pair measured and held to every check on its own. Returns the measurement
+        reported for the pair and what its checks compared, if any flagged."""
+        m = self._once(c, r, pair)
+        if m.restart_candidate and pair == 0:
+            # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
+            # in capture mode in that process: RNG offsets, allocator pool, current stream. Both
+            # sides are timed eagerly instead, the candidate in a fresh process.
+            c = self.cand.restart()
+            self.cfg = self.ctx.cfg.model_copy(deep=True)
+            self.cfg.timing.cuda_graph = False
+            m = self._once(c, r, pair)
+            m.flags.append("cuda_graph_unavailable")
+        _sound(m, c)
+        return self._confirmed(m, c, r, pair)
+
+    def _confirmed(self, m: Measurement, c: Worker, r: Worker, pair: int) -> tuple[Measurement, dict]:
+        """The host-clock checks: a flagged run is measured again (a cheat is flagged every time,
+        noise is not). Only a measurement no check flags is reported, its outputs held to the same
+        test as the first's (one that hid its time once and returned stale outputs the next would
+        otherwise pass); flagged in every measurement: rejected."""
+        cfg, cuda = self.ctx.cfg, self.ctx.cuda
+        note: dict = {}
+        first: dict = {}  # what the checks compared: kept in the record of a flagged run
+        cheats = clock_checks(m, cfg, cuda, first)
+        seen, measurements = list(cheats), 1
+        if cheats:
+            note["clock_check"] = first
+        while cheats and measurements <= cfg.hardening.clock_check_confirmations:
+            again: dict = {}
+            m2 = self._once(c, r, pair)
+            measurements += 1
+            if m2.error:
+                break
+            if m2.mismatched_calls:
+                raise stale_outputs(m2.mismatched_calls)
+            cheats = clock_checks(m2, cfg, cuda, again) or (
+                [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
+            seen += [f for f in cheats if f not in seen]
+            note["clock_check_confirm"] = again
+            if not cheats:
+                m = m2
+                note["remeasured_after_clock_flag"] = True
+        if measurements > 1:
+            note["clock_check_measurements"] = measurements
+        if cheats:
+            self.ctx.res.timing_method.update(check_notes({pair: note}))
+            raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
+                          + ", ".join(seen), seen, log=c.log_tail())
+        return m, note
+
+
+def _sound(m: Measurement, c: Worker) -> None:
+    """A measurement that cannot be reported at all: an error, a forged report, too few samples,
+    timed outputs that are not the reference's."""
+    if m.error or m.restart_candidate:
+        raise Failure(Status.runtime_error, f"while timing: {m.error or 'a CUDA graph capture failed'}",
+                      log=c.log_tail())
+    if "malformed_report" in m.flags:
+        raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
+    if len(m.cand.times) < 2 or len(m.ref.times) < 2:
+        raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
+    if m.mismatched_calls:
+        raise stale_outputs(m.mismatched_calls)
+
+
+def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Timed:
+    """The first pair, then further pairs where a side's process offset is a sizeable share of its
+    median (timing.processes_for), then more, up to processes_max, where those processes' own
+    medians lie further apart than the model says (timing.processes_needed)."""
+    cfg, phases = ctx.cfg, ctx.phases
+    if ctx.cuda:
+        cand.warm_up()
+    timer = PairTimer(ctx, cand, ref)
+    t0 = ctx.clock()
+    m, note = timer.checked(cand.first, ref.worker, 0)
+    if ctx.cuda:  # further pairs start under the first's launch hold, without a warm-up round
+        timer.first_hold = m.hold_us
+    pair_notes = {0: note} if note else {}
+    spans1, _ = span_choice(m, cfg.timing)
+    timer.record_spans = m.spans if ctx.cuda else None
+    counts = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
+    first_median = {side: statistics.median(s.timed(spans1)) if s.timed(spans1) else None
+                    for side, s in (("candidate", m.cand), ("reference", m.ref))}
+    offset_rel = {side: process_offset_rel(cfg.timing, spans1, counts[side], first_median[side])
+                  if ctx.cuda else 0.0 for side in counts}
+    n_proc = {side: processes_for(cfg.timing, ctx.cuda, spans1, counts[side], first_median[side])
+              for side in counts}
+    phases.timing_s = ctx.clock() - t0 - timer.settled
+    measured = [m]
+    have, wanted, procs_error = _more_pairs(ctx, timer, measured, n_proc, offset_rel, spans1, pair_notes)
+    m = pooled(measured)
+    ctx.res.timing_method = method_record(ctx, m)
+    for f in m.flags + timer.quiet_flags:
+        if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet"):
+            ctx.flag(f)
+    tm = ctx.res.timing_method
+    tm.update(check_notes(pair_notes))
+    tm["processes"] = have
+    if m.span_basis_ms is not None:  # what chose kernel spans or events (timing.kernel_span = "auto")
+        tm["kernel_span_basis_ms"] = round(m.span_basis_ms, 4)
+    if wanted:  # fewer than the offsets asked for: timing.processes_budget_s
+        tm["processes_wanted"] = wanted
+    if procs_error:
+        tm["processes_error"] = procs_error
+    spans = adopt(ctx, m)
+    if len(measured) > 1:  # each pair's own medians: how far the processes' offsets lie apart
+        tm["pair_medians_ms"] = [
+            [round(statistics.median(x), 5) if x else None for x in (p.cand.timed(spans), p.ref.timed(spans))]
+            for p in measured]
+    _compile_baseline(ctx, m, spans)
+    return Timed(measured=measured, pooled=m, processes=have, spans=spans, pair_notes=pair_notes)
+
+
+def _more_pairs(ctx: Context, timer: PairTimer, measured: list, n_proc: dict, offset_rel: dict, spans1: bool,
+                pair_notes: dict) -> tuple[dict, Optional[dict], Optional[str]]:
+    """Further pairs in at most two waves: the count processes_for asked for, then at most one more
+    wave where their medians say so. Returns the processes each side ended with, what was wanted
+    where the budget allowed fewer, and why a reference's further processes failed to start."""
+    cfg, phases, cand, ref = ctx.cfg, ctx.phases, timer.cand, timer.ref
+    procs = {"candidate": [cand.first], "reference": [ref.worker]}
+    have = {side: 1 for side in n_proc}
+    wanted, procs_error = None, None
+    for wave in range(2):
+        if wave:
+            n_proc = {side: processes_needed(cfg.timing, n, process_medians(measured, side, n, spans1),
+                                             offset_rel[side]) for side, n in have.items()}
+        fit = pairs_within_budget(cfg.timing, measured)
+        if fit is not None and max(n_proc.values()) > len(measured) + fit:
+            wanted = dict(n_proc)  # what was wanted, for the record
+            n_proc = {side: max(have[side], min(n, len(measured) + fit)) for side, n in n_proc.items()}
+        if n_proc == have:
+            break
+        t1 = ctx.clock()
+        if n_proc["candidate"] > have["candidate"]:
+            procs["candidate"] = [cand.first] + cand.more(n_proc["candidate"] - have["candidate"],
+                                                          bool(timer.record_spans))
+        if n_proc["reference"] > have["reference"]:
+            try:
+                with ctx.gate.stoppable() as phase:
+                    procs["reference"] = [ref.worker] + ref.more_workers(n_proc["reference"] - 1, on_worker=phase.add,
+                                                                         spans=bool(timer.record_spans))
+            except Exception as e:  # noqa: BLE001 - the problem's fault, not the solution's: fewer
+                n_proc["reference"] = have["reference"]
+                procs["reference"] = procs["reference"][:have["reference"]]
+                procs_error = str(e)[:300]
+        phases.processes_s += ctx.clock() - t1
+        t0 = ctx.clock()
+        timer.settled = 0.0
+        for i in range(len(measured), max(n_proc.values())):
+            mi, note = timer.checked(procs["candidate"][i % n_proc["candidate"]],
+                                     procs["reference"][i % n_proc["reference"]], i)
+            measured.append(mi)
+            if note:
+                pair_notes[i] = note
+        phases.timing_s += ctx.clock() - t0 - timer.settled
+        have = dict(n_proc)
+    return have, wanted, procs_error
+
+
+def method_record(ctx: Context, m: Measurement) -> dict:
+    """How the times were taken, for the record's `timing_method`."""
+    cfg, cuda, t = ctx.cfg, ctx.cuda, ctx.cfg.timing
+    return {
+        "device": ctx.device, "method": "cuda_events" if cuda else "perf_counter",
+        "l2_flush": (t.flush_method if t.flush_l2 and cuda else None), "persisting_l2_reset": m.l2_reset,
+        "launch_hold": t.launch_hold_us if cuda else None,
+        "launch_hold_us": m.hold_us if cuda else None,
+        # calls whose launching outlasted hold and flush, so part of it is inside their interval
+        "cand_launch_leaked_calls": m.cand.leaked if cuda else None,
+        "ref_launch_leaked_calls": m.ref.leaked if cuda else None,
+        "timing_cpu": ctx.gate.timing_cpu if cuda else None,  # both sides' host CPU (cpus.py)
+        "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": t.round_calls,
+        "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
+        "target_rel_sem": t.target_rel_sem, "budget_s": t.budget_s,
+        "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
+        "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
+        "host_contended_rounds": m.contended_rounds,
+        **({"host_cpus": m.host_cpus, "host_steal_ms": m.host_steal_ms} if not cuda else {}),
+        # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's
+        # launching alone (enqueue), and hold, flush and forward launched (launch)
+        **{f"{side}_{what}_ms_median": getattr(m, side).median(what)
+           for what in ("host", "enqueue", "launch") for side in ("cand", "ref")},
+        "sm_clock_mhz_median": (sorted(m.clocks_mhz)[len(m.clocks_mhz) // 2] if m.clocks_mhz else None),
+        **gpu_summary(m),
+    }
+
+
+def adopt(ctx: Context, m: Measurement) -> bool:
+    """The pooled measurement into the record: kernel spans or events (span_choice), each side's
+    statistics and median. Returns whether spans were chosen."""
+    res, tm = ctx.res, ctx.res.timing_method
+    spans, note = span_choice(m, ctx.cfg.timing)
+    for k in ("kernel_span_fallback", "events_minus_span_us", "events_median_ms"):
+        tm.pop(k, None)
+    tm.update(note)
+    if m.spans:
+        tm["events_median_ms"] = {"candidate": m.cand.median("times"), "reference": m.ref.median("times")}
+    if ctx.cuda:
+        tm["method"] = "kernel_span" if spans else "cuda_events"
+    res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.timed(spans)), summarize(m.ref.timed(spans))
+    res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
+    return spans
+
+
+def _compile_baseline(ctx: Context, m: Measurement, spans: bool) -> None:
+    """torch.compile(Model), timed in the same measurement: spans where the baseline's are whole,
+    else events."""
+    res = ctx.res
+    if m.compiled:
+        both = spans and all(x > 0 for x in m.compiled_span)
+        base, cand_t = (m.compiled_span, m.cand.timed(True)) if both else (m.compiled, m.cand.times)
+        res.compile_runtime_ms = summarize(base).median
+        res.speedup_compile = res.compile_runtime_ms / statistics.median(cand_t)
+    elif m.compile_error:
+        res.timing_method["compile_baseline_error"] = m.compile_error[:500]
+
+
+def process_medians(measured: list, side: str, n: int, spans: bool) -> list[float]:
+    """A side's own median in each of its `n` processes, by kernel spans or events (`spans`): pair i
+    timed its process i % n, so the first n pairs hold one each."""
+    return [statistics.median(x) for p in measured[:n]
+            for x in (getattr(p, "cand" if side == "candidate" else "ref").timed(spans and p.spans),) if x]
+
+
+def check_notes(notes: dict[int, dict]) -> dict:
+    """What the clock checks compared, for a record, where they flagged: the first process pair's
+    under its own keys, further pairs' by pair."""
+    out = dict(notes.get(0, {}))
+    more = {str(i): n for i, n in notes.items() if i and n}
+    if more:
+        out["clock_check_pairs"] = more
+    return out
+
+
+def stale_outputs(calls: int) -> Failure:
+    return Failure(Status.incorrect, f"{calls} timed call(s) returned outputs that do not match the reference "
+                   "for their inputs (cached or stale results?)", ["timed_output_mismatch"])
+
+
+def _quiet(ref: Worker, ctx: Context, flags: list[str]) -> None:
+    """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
+    work they had queued (the reference's process probes it). Not quiet within `quiet_max_s` (a
+    neighbour's background thread keeps launching, say): timed anyway, flagged."""
+    b = ctx.cfg.batch
+    reply, _ = ref.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,
+                                   max_s=b.quiet_max_s), ctx.cfg.timeouts.problem_s)
+    if not reply.ok:
+        raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
+    ctx.phases.quiet_s += reply.quiet_s or 0.0
+    if not reply.quiet and "device_not_quiet" not in flags:
+        flags.append("device_not_quiet")
