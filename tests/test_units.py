@@ -829,8 +829,8 @@ def test_span_choice_falls_back_to_events_on_work_no_record_shows():
 def test_cpu_children_get_a_history_free_heap(monkeypatch):
     """glibc's dynamic mmap threshold and its trimming of the heap's top both depend on a process's
     allocation history; on the CPU path that made an identical candidate's per-call overhead 0.6-3 ms
-    above its reference's, which the host-clock check reads as hidden time (bench/diag/
-    cpu_clock_asymmetry.py). Every child gets both fixed; GPU children the threshold only."""
+    above its reference's, which the host-clock check reads as hidden time (bench/results/
+    diagnostics.md). Every child gets both fixed; GPU children the threshold only."""
     from harness.build import child_env
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
