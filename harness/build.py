@@ -82,7 +82,7 @@ def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, st
         # again on the next call) also depends on the history. On the CPU path, where the host-clock
         # check compares two processes' per-call overhead, it made a candidate identical to its
         # reference 0.6-3 ms a call slower in 10 of 12 evaluations of softmax_wide on a 2-core VM,
-        # which rejected them; with it, within 0.07 ms (bench/diag/cpu_clock_asymmetry.py)
+        # which rejected them; with it, within 0.07 ms (bench/results/diagnostics.md)
         env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 30))
     # solutions never learn the run's secrets from the environment
     for k in list(env):

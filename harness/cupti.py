@@ -2,7 +2,7 @@
 
 torch.profiler gives the same list, but its first session in a process costs 4.4-5.9 s of host work
 (Kineto's start-up), where enabling CUPTI's concurrent-kernel records directly costs 14-18 ms and a
-listing 6-7 ms (bench/diag/cupti_direct.py, on an H200 machine with torch 2.11.0+cu130). Kernels
+listing 6-7 ms (bench/results/diagnostics.md, on an H200 machine with torch 2.11.0+cu130). Kernels
 captured in CUDA graphs, launched by Triton or through the driver API all show up, as in the profiler.
 
 A record's layout comes from cupti_activity.h. To be safe where CUPTI differs from the one measured,
@@ -60,7 +60,7 @@ class KernelRecorder:
         self.lib, self.torch, self.path = lib, torch, path
         self._buffers: dict[int, Any] = {}  # handed to CUPTI, by address
         # returned by CUPTI, for its next request: a new 4 MB buffer (zeroed) took 0.3 ms of every
-        # timing request (bench/diag/time_request.py)
+        # timing request (bench/results/diagnostics.md)
         self._free: list[Any] = []
         self._names: list[str] = []
         self._bad = 0

@@ -53,7 +53,7 @@ def pin(torch) -> None:
 # torch.cuda._sleep is a single thread and would leave the GPU free for exactly that; torch's own
 # elementwise kernels are register-bound below full occupancy. PTX loaded through the driver, not a
 # Triton kernel: Triton's first launch cost each process about 0.6 s (H100), paid again by every
-# further process a short problem is timed in, against 0.02 s for this (bench/diag/hold_start.py).
+# further process a short problem is timed in, against 0.02 s for this (bench/results/diagnostics.md).
 _HOLD_PTX = """
 .version 7.0
 .target sm_75
@@ -259,7 +259,7 @@ def quiet_gpu(torch, probe_us: float, probes: int, max_s: float) -> dict:
     """Wait until the GPU runs no other context's work: a neighbour stopped in the middle of a phase
     (sharing.DeviceGate.stoppable) may have queued some. Contexts time-slice a GPU, so a one-element
     kernel waits for any other context's queued work (a time slice of it) and takes ~10-20 us when
-    alone (bench/diag/neighbour_drain.py); `probes` of them in a row under `probe_us` is quiet."""
+    alone (bench/results/diagnostics.md); `probes` of them in a row under `probe_us` is quiet."""
     x = torch.zeros(1, device="cuda")
     t0 = time.perf_counter()
     run = n = 0
@@ -669,7 +669,7 @@ def process_bias_us(t, spans: bool, launches: Optional[int]) -> float:
 
 def process_offset_rel(t, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> float:
     """One side's modelled process offset (process_bias_us) as a share of its median. Under spans the
-    one-kernel part is a timestamp tick, the same in every process (bench/diag/offset_source.py):
+    one-kernel part is a timestamp tick, the same in every process (bench/results/diagnostics.md):
     left out, so a forward of one kernel timed by spans has none."""
     if not median_ms or median_ms <= 0:
         return 0.0
@@ -729,7 +729,7 @@ def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: floa
                            ref_bias_us: float, cand_bias_us: float) -> tuple[tuple[float, float], float]:
     """`ci` (which covers the calls of these two processes only) widened for the offset each process
     adds to its median, whatever the number of calls (process_bias_us): several percent at 4 us,
-    under 0.1% from 0.3 ms up for a forward of a few kernels (bench/diag/process_bias.py,
+    under 0.1% from 0.3 ms up for a forward of a few kernels (bench/results/diagnostics.md,
     chain_bias.py). Each side's median carries one such offset; they add to the log ratio in
     quadrature, and to each end of the bootstrap interval in quadrature too. Returns the interval
     and the ratio's relative standard deviation from the offsets."""

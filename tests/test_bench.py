@@ -43,3 +43,25 @@ def test_a_batch_setting_may_be_named_with_or_without_its_section(tmp_path):
     conf = tomllib.loads(a.read_text())
     assert conf["batch"] == {"concurrent_evaluations": 4, "cpu_concurrent_evaluations": 4, "standby_workers": 5}
     assert conf["timing"]["processes"] == 8
+
+
+def test_every_kept_diagnostic_is_listed_and_imports_names_that_exist():
+    """bench/diag/ keeps the diagnostics worth running again, each in bench/README.md's table. They need
+    a GPU to run; here each compiles, and every `from harness... import name` in it (function-local
+    ones too) names a module and a name that exist, so a module moved or renamed shows here."""
+    import ast
+    import importlib
+    import py_compile
+
+    readme = (ROOT / "bench" / "README.md").read_text()
+    scripts = sorted((ROOT / "bench" / "diag").glob("*.py"))
+    assert 0 < len(scripts) <= 8
+    for script in scripts:
+        assert f"| `{script.name}" in readme, f"{script.name} is not listed in bench/README.md"
+        py_compile.compile(str(script), doraise=True)
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness":
+                mod = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(mod, alias.name):
+                        importlib.import_module(f"{node.module}.{alias.name}")  # a submodule

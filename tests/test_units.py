@@ -245,36 +245,6 @@ def test_static_rules_leave_honest_code_alone(src):
     assert check_source(src).flags == []
 
 
-def test_config_layers(tmp_path):
-    user = tmp_path / "c.toml"
-    user.write_text("[timing]\nbudget_s = 9.0\n")
-    cfg = load_config(user, {"timing.warmup": 7, "device": "cpu"})
-    assert (cfg.timing.budget_s, cfg.timing.warmup, cfg.device) == (9.0, 7, "cpu")
-    assert cfg.timing.min_calls == load_config().timing.min_calls
-    assert cfg.digest() != load_config().digest()
-
-
-def test_every_shipped_config_loads_and_unknown_keys_are_refused(tmp_path):
-    import pydantic
-
-    shipped = sorted((ROOT / "configs").glob("*.toml"))
-    assert len(shipped) >= 3
-    for path in shipped:
-        load_config(path)
-    assert load_config(ROOT / "configs/fidelity.toml").timing.processes == 8
-    for bad in ("[timing]\nbudget = 1.0\n", "[batch]\nworkers = 2\n", "devices = 'cuda'\n"):
-        (tmp_path / "bad.toml").write_text(bad)
-        with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
-            load_config(tmp_path / "bad.toml")
-    with pytest.raises(pydantic.ValidationError):
-        load_config(None, {"timing.min_call": 3})
-    # values that would pass a solution on fingerprints alone, or divide by zero in the timing loop
-    for bad in ({"correctness.trials": 0}, {"timing.round_calls": 0}, {"timing.throttle_ratio": 1.5},
-                {"correctness.tol.fp32.atol": -1.0}):
-        with pytest.raises(pydantic.ValidationError):
-            load_config(None, bad)
-
-
 def test_dtype_option_casts_inputs_and_both_models():
     from conftest import ROOT, make_config
     from harness.evaluation import evaluate
@@ -859,8 +829,8 @@ def test_span_choice_falls_back_to_events_on_work_no_record_shows():
 def test_cpu_children_get_a_history_free_heap(monkeypatch):
     """glibc's dynamic mmap threshold and its trimming of the heap's top both depend on a process's
     allocation history; on the CPU path that made an identical candidate's per-call overhead 0.6-3 ms
-    above its reference's, which the host-clock check reads as hidden time (bench/diag/
-    cpu_clock_asymmetry.py). Every child gets both fixed; GPU children the threshold only."""
+    above its reference's, which the host-clock check reads as hidden time (bench/results/
+    diagnostics.md). Every child gets both fixed; GPU children the threshold only."""
     from harness.build import child_env
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)

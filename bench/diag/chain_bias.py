@@ -1,10 +1,11 @@
 """How does a fresh process's offset on a kernel span grow with the number of kernels in a forward? (#5)
 
-span_parts.py (H100, 8 processes, relu(x + y) on 4M floats) split each call's span into its two
-kernels and the gap between them: the add kernel ran 14.304 us in every process, while the gap (1.47 to
-1.73 us) and the relu (8.03 to 8.24 us, reading the add's output partly from L2) moved from process to
-process. `timing.kernel_span_process_bias_us` (0.03 us) came from a one-kernel forward, whose span was
-the same in every process; the interval of a many-kernel forward needs more.
+span_parts.py (since deleted: bench/results/diagnostics.md; H100, 8 processes, relu(x + y) on 4M
+floats) split each call's span into its two kernels and the gap between them: the add kernel ran
+14.304 us in every process, while the gap (1.47 to 1.73 us) and the relu (8.03 to 8.24 us, reading
+the add's output partly from L2) moved from process to process. `timing.kernel_span_process_bias_us`
+(0.03 us) came from a one-kernel forward, whose span was the same in every process; the interval of a
+many-kernel forward needs more.
 
 Each of N fresh processes times with the harness's loop (hold, read flush, fresh inputs) a forward of
 k kernels in a chain (relu, then k - 1 relus of the previous output) for k = 1, 2, 4, 8, 16, on 64K

@@ -1,7 +1,9 @@
 """The launch-bound fixture (24 tiny kernels, one the solution's own) against its reference at several
 timing.launch_hold_us values: is a hold shorter than the host's enqueue of the forward what moves the
 speedup (a partial leak of launch latency on one side)? Session 5, after the GPU test
-test_an_identical_launch_bound_solution_times_like_its_reference read 1.31x with a 200 us hold."""
+test_an_identical_launch_bound_solution_times_like_its_reference read 1.31x with a 200 us hold.
+Usage: python bench/diag/launch_hold_sweep.py [HOLD ...]  (a GPU; holds in us or "auto", by default
+auto 0 100 200 400 1000 3000)"""
 import sys
 from pathlib import Path
 

@@ -10,7 +10,9 @@ larger than between blocks.
 --rotate: each call's inputs placed after a spacer of random size (0-48 MB), so that one process sees
 many placements instead of one.
 --fork: the processes forked from one that imported torch (no CUDA), as a batch's standbys are.
-Usage: python bench/diag/small_spread.py [--procs 6] [--rotate] [--fork]"""
+Usage: python bench/diag/small_spread.py [--procs 6] [--rotate] [--fork]
+
+Its helpers (relu_runner, span_child, child_runs, entry) are chain_bias.py's too."""
 import json
 import statistics
 import subprocess
@@ -58,20 +60,6 @@ def span_child():
     if rec is None:
         raise SystemExit(f"no CUPTI: {why}")
     return torch, timing, rec, random.Random()
-
-
-def arg(name: str, default):
-    """`name VALUE` from this process's command line, as the default's type; else the default."""
-    return type(default)(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
-
-
-def relu_add_4m_child():
-    """A child's start for timing relu(x + y) on 4M floats by kernel spans (the session-22 diagnoses):
-    (torch, harness.timing, the runner with its span recorder, an RNG, the recorder)."""
-    torch, timing, rec, rng = span_child()
-    runner = relu_runner(torch, 1 << 22, 2)
-    runner.span_recorder = lambda: rec
-    return torch, timing, runner, rng, rec
 
 
 def entry(child, main, procs: int) -> None:
