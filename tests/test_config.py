@@ -47,7 +47,7 @@ def test_the_user_file_holds_few_keys():
     assert len([k for k in keys if not k.startswith("correctness.tol.")]) <= 14
 
 
-def test_loading_a_documenting_file_changes_nothing():
+def test_loading_a_shipped_file_again_changes_nothing():
     digest = load_config().digest()
     for name in DOCUMENTED:
         assert load_config(ROOT / "configs" / name).model_dump() == load_config().model_dump()
