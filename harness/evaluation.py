@@ -7,7 +7,7 @@ Read this function top to bottom to follow an evaluation:
      the correctness trials on fresh inputs, and ships the raw outputs back over a private pipe;
   4. the reference, in another process, does the same for Model (or a batch's shared session did);
   5. the parent judges every trial (correctness.py);
-  6. if all pass: reference and candidate are timed in alternating rounds (timing.py), every timed
+  6. if all pass: reference and candidate are timed in alternating rounds (timing/measure.py), every timed
      output re-checked by fingerprint, device times cross-checked against host clocks;
   7. the record: status, flags, speedup with its interval, statistics, environment, phase times.
 The parent never imports solution code and never touches a CUDA context a solution has touched.
@@ -34,9 +34,10 @@ from .reference import ReferenceError, ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution
 from .static_checks import check_source
-from .timing import (clock_checks, gpu_summary, measure, pairs_within_budget, pooled, process_bias_us,
-                     process_offset_rel, processes_for, processes_needed, ratio_ci, span_choice, summarize, warm_up,
-                     widen_for_process_bias)
+from .timing.clocks import clock_checks
+from .timing.measure import gpu_summary, measure, pooled, span_choice, warm_up
+from .timing.stats import (pairs_within_budget, process_bias_us, process_offset_rel, processes_for, processes_needed,
+                           ratio_ci, summarize, widen_for_process_bias)
 
 
 class Failure(Exception):

@@ -6,7 +6,7 @@ floats about 1% slower than the later evaluations' processes, and so did the ref
 first process in every run, while the reference's further processes (started later, beside more
 contexts) did not. Here each measuring process starts with k idle processes holding a CUDA context
 (k = 0 to 8, in shuffled order, `--reps` times), and times that forward with the harness's loop
-(timing.time_calls: 300 us hold, read flush, fresh inputs, kernel spans), 200 calls. The table gives
+(timing.loop.time_calls: 300 us hold, read flush, fresh inputs, kernel spans), 200 calls. The table gives
 each k's process medians: if they fall with k, the offset is the GPU's state at a context's start,
 not a draw of each process.
 Usage: python bench/diag/context_count.py [--reps 2]
@@ -38,11 +38,11 @@ def ballast() -> None:
 
 def measure() -> None:
     from small_spread import relu_runner, span_child
-    torch, timing, rec, rng = span_child()
+    torch, loop, rec, rng = span_child()
     runner = relu_runner(torch, 1 << 22, 2)
     runner.span_recorder = lambda: rec
-    rep = timing.time_calls(runner, [rng.getrandbits(62) for _ in range(200)], warmup=5, flush_l2=True, npos=0,
-                            hold_us=300.0, spans=True)
+    rep = loop.time_calls(runner, [rng.getrandbits(62) for _ in range(200)], warmup=5, flush_l2=True, npos=0,
+                          hold_us=300.0, spans=True)
     spans = [x for x in rep["span_ms"] if x > 0]
     print(json.dumps({"span_us": statistics.median(spans) * 1e3, "events_us": statistics.median(rep["times_ms"]) * 1e3}))
 

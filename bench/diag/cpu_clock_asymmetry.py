@@ -1,5 +1,5 @@
 """Is an identical candidate's per-call overhead on the CPU path its reference's? (the host-clock check,
-timing.clock_checks: a systematic difference reads as hidden time). Evaluates one solution N times
+timing.clocks.clock_checks: a systematic difference reads as hidden time). Evaluates one solution N times
 against one live reference (the throughput bench's softmax_wide copy by default) and prints each
 verdict and, per measurement, the candidate's minimum per-call wall overhead less the reference's (ms),
 with the reference's. Session 19: glibc's heap trimming made it 0.6-3 ms (10 of 12 rejected); with
@@ -12,17 +12,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import evaluation, timing  # noqa: E402
+from harness import evaluation  # noqa: E402
 from harness.config import load_config  # noqa: E402
 from harness.problems import find_problem  # noqa: E402
 from harness.reference import ReferenceSession  # noqa: E402
+from harness.timing.clocks import clock_checks  # noqa: E402
 
 WORK = Path(os.environ.get("BENCH_WORK", "/tmp/tpcpu"))  # a throughput bench's --out folder (CPU)
 
 
 def main() -> None:
     diffs = []
-    real = timing.clock_checks
+    real = clock_checks
 
     def spy(m, cfg, cuda, detail=None):
         d = {} if detail is None else detail

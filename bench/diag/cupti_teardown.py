@@ -6,7 +6,7 @@ profiler only after timing.)
 Each fresh process, per kineto setting TEARDOWN_CUPTI (unset, "1", "0"): launch cost (2000
 in-place adds, synchronised), an empty profiler session (the start-up), launch cost again, a second
 session around one relu, launch cost again, and a 4 us relu timed with the harness's own loop
-(timing.time_calls) before and after the first session. If one setting gives back the launch cost
+(timing.loop.time_calls) before and after the first session. If one setting gives back the launch cost
 and the kernel's time after the session while the second session stays short, a standby can start
 the profiler while it waits.
 Usage: python bench/diag/cupti_teardown.py [--procs 2]"""
@@ -29,8 +29,9 @@ def child() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from small_spread import relu_runner  # this folder is on sys.path first
-    from harness import timing
-    timing.pin(torch)
+    from harness.timing import loop
+    from harness.timing.hold import pin
+    pin(torch)
     x = torch.randn(1 << 20, device="cuda")
     torch.cuda.synchronize()
     rng = random.Random()
@@ -46,8 +47,8 @@ def child() -> None:
         return (time.perf_counter() - t) / n * 1e6
 
     def relu_us():
-        rep = timing.time_calls(relu_runner(torch, 1 << 16, 1), [rng.getrandbits(62) for _ in range(200)], warmup=3,
-                                flush_l2=True, npos=0, hold_us=300.0)
+        rep = loop.time_calls(relu_runner(torch, 1 << 16, 1), [rng.getrandbits(62) for _ in range(200)], warmup=3,
+                              flush_l2=True, npos=0, hold_us=300.0)
         return statistics.median(rep["times_ms"]) * 1e3
 
     def session(work):

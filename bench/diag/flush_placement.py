@@ -3,7 +3,7 @@
 request_drift.py found relu(x + y) on 4M floats two-valued from one timing request to the next in one
 process, 24.2 or 25.1 us by kernel spans, every 4th request slow in a process left alone and every
 request slow in one that freed its cached memory before each: something each request allocates
-anew. timing.time_calls allocates its 256 MB read-flush buffer per request. Here each process times
+anew. timing.loop.time_calls allocates its 256 MB read-flush buffer per request. Here each process times
 the forward with the harness's loop (300 us hold, read flush, fresh inputs, spans and events,
 `--calls` per request) with the flush buffer
   fixed   allocated once, reused by every request (4 processes, 6 requests each);
@@ -31,9 +31,9 @@ FLUSH_MIN = 32 << 20  # elements: any zeros() this large is the flush buffer
 
 
 def child() -> None:
-    torch, timing, runner, rng, _ = relu_add_4m_child()
+    torch, loop, runner, rng, _ = relu_add_4m_child()
     calls, mode = arg("--calls", 100), sys.argv[sys.argv.index("--mode") + 1]
-    zeros = timing._PINNED["zeros"]
+    zeros = loop.PINNED["zeros"]
     held: dict = {}
     base = zeros(128 << 20, dtype=torch.float32, device="cuda") if mode == "offset" else None
     where = {"off": 0}
@@ -48,15 +48,15 @@ def child() -> None:
         off = where["off"] // 4
         return base[off:off + n]
 
-    timing._PINNED["zeros"] = flush_zeros
+    loop.PINNED["zeros"] = flush_zeros
     print(json.dumps({"ptr": base.data_ptr() if base is not None else None}), flush=True)
     for line in sys.stdin:
         parts = line.split()
         if not parts or parts[0] != "go":
             break
         where["off"] = int(parts[1]) if len(parts) > 1 else 0
-        rep = timing.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
-                                npos=0, hold_us=300.0, spans=True)
+        rep = loop.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
+                              npos=0, hold_us=300.0, spans=True)
         out = {"span": round(statistics.median(x for x in rep["span_ms"] if x > 0) * 1e3, 3),
                "events": round(statistics.median(rep["times_ms"]) * 1e3, 3)}
         if mode == "fixed":

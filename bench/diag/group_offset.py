@@ -26,11 +26,11 @@ from small_spread import arg, relu_add_4m_child  # noqa: E402
 
 
 def child() -> None:
-    _, timing, runner, rng, _ = relu_add_4m_child()
+    _, loop, runner, rng, _ = relu_add_4m_child()
 
     def med(calls: int) -> float:
-        rep = timing.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
-                                npos=0, hold_us=300.0, spans=True)
+        rep = loop.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
+                              npos=0, hold_us=300.0, spans=True)
         return statistics.median(x for x in rep["span_ms"] if x > 0) * 1e3
 
     med(50)  # the first request's calls run slower (stream_offset.py); as the harness's warm-up round

@@ -1,5 +1,5 @@
 """What the launch hold costs a fresh process, built as a Triton kernel (until session 26) against the
-PTX kernel loaded through the driver (timing._hold_kernel now). Every process a side is timed in pays
+PTX kernel loaded through the driver (timing.hold._hold_kernel now). Every process a side is timed in pays
 it once: session 24's bench/diag/further_start.py found a fresh further process's start alone at
 about 1.1 s, mostly its CUDA context and the hold, and 2-5 s with 4 evaluations in flight.
 
@@ -46,7 +46,7 @@ def child(way: str) -> None:
     import torch
     import torch.profiler  # noqa: F401
 
-    from harness import timing
+    from harness.timing import hold, loop  # noqa: F401  (loop: what a candidate's process imports)
     from harness.worker import preload_imports
     preload_imports()
     if way == "triton":
@@ -59,9 +59,9 @@ def child(way: str) -> None:
     t["context"] = time.perf_counter() - s
     s = time.perf_counter()
     if way == "ptx":
-        timing.pin(torch)  # what a standby's priming does: the hold built and checked
-        ok = timing.pinned("hold") is not None
-        spin = timing.pinned("hold")
+        hold.pin(torch)  # what a standby's priming does: the hold built and checked
+        ok = hold.pinned("hold") is not None
+        spin = hold.pinned("hold")
         launch = lambda ns: spin(ns / 1e3)  # noqa: E731
     else:
         launch = _triton_hold(torch)

@@ -2,7 +2,7 @@
 
 In fresh processes, after what a standby preloads (torch, torch.profiler, cpp_extension, harness
 modules), the steps of worker.Runner's candidate set-up one by one: CUDA context, the launch hold
-(timing.pin: Triton kernel and its check), the NaN poison, the environment fingerprint, and a
+(timing.hold.pin: Triton kernel and its check), the NaN poison, the environment fingerprint, and a
 reference's trial-free start. Prints one line per process and the medians.
 Usage: python bench/diag/load_steps.py [--procs 3]"""
 import json
@@ -23,7 +23,9 @@ def child() -> None:
     import torch.profiler  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
 
-    from harness import problems, timing  # noqa: F401
+    from harness import problems  # noqa: F401
+    from harness.timing import loop  # noqa: F401
+    from harness.timing.hold import pin
     t["preload (standby)"] = time.perf_counter() - t0
     s = time.perf_counter()
     import triton  # noqa: F401
@@ -34,7 +36,7 @@ def child() -> None:
     torch.cuda.synchronize()
     t["cuda context"] = time.perf_counter() - s
     s = time.perf_counter()
-    timing.pin(torch)
+    pin(torch)
     t["pin (hold kernel)"] = time.perf_counter() - s
     s = time.perf_counter()
     free, _ = torch.cuda.mem_get_info()

@@ -1,4 +1,4 @@
-"""What a stopped neighbour's queued GPU work does to a timing, and whether timing.quiet_gpu sees it.
+"""What a stopped neighbour's queued GPU work does to a timing, and whether timing.monitor.quiet_gpu sees it.
 
 A batch's timing stops (SIGSTOP) the other evaluations' processes in the middle of their untimed
 phases (sharing.DeviceGate.stoppable). GPU work such a process queued before it stopped still runs,
@@ -58,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from harness.timing import quiet_gpu
+    from harness.timing.monitor import quiet_gpu
     x = torch.zeros(1, device="cuda")
     a = torch.randn(1 << 16, device="cuda")
     torch.cuda.synchronize()

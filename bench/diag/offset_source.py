@@ -7,10 +7,10 @@ timestamp to the end event's, so the interval also holds the GPU front end's wor
 kernel (ncu's kernel-only time is 2.3 us of the 4 us).
 
 Each of N fresh processes times relu on 64K floats and relu(x + y) on 4M floats with the harness's
-loop (timing.time_calls: hold, read flush, events, fresh inputs) in three blocks of 200 calls:
+loop (timing.loop.time_calls: hold, read flush, events, fresh inputs) in three blocks of 200 calls:
 
   events    as the harness times
-  cupti     the same with kernel spans on (timing.time_calls(spans=True)): each call's forward's
+  cupti     the same with kernel spans on (timing.loop.time_calls(spans=True)): each call's forward's
             own first start to last end from CUPTI's records (GPU timestamps, as nsys), beside the
             events' interval of the same call
   graph     the forward replayed from a CUDA graph (timing.cuda_graph), events
@@ -39,10 +39,12 @@ def child() -> None:
 
     import torch
 
-    from harness import cupti, timing
+    from harness import cupti
+    from harness.timing import loop
+    from harness.timing.hold import pin
     from small_spread import relu_runner
 
-    timing.pin(torch)
+    pin(torch)
     rng = random.Random()
     rec, why = cupti.KernelRecorder.open(torch)
     out: dict = {"cupti": why or rec.path}
@@ -51,13 +53,13 @@ def child() -> None:
         r.span_recorder = lambda: rec  # as the worker's Runner offers it
         seeds = lambda: [rng.getrandbits(62) for _ in range(200)]  # noqa: E731
         res = {}
-        res["events"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0)["times_ms"]
+        res["events"] = loop.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0)["times_ms"]
         if rec is not None:
-            rep = timing.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0, hold_us=300.0, spans=True)
+            rep = loop.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0, hold_us=300.0, spans=True)
             res["cupti_events"] = rep["times_ms"]
             res["kernel_span"] = [x for x in rep["span_ms"] if x > 0]
-        res["graph"] = timing.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0,
-                                         graph=True)["times_ms"]
+        res["graph"] = loop.time_calls(r, seeds(), warmup=5, flush_l2=True, npos=0, hold_us=300.0,
+                                       graph=True)["times_ms"]
         out[name] = res
     print(json.dumps(out))
 

@@ -4,7 +4,7 @@ candidates, 0.95% over 5 evaluations of one reference process) where its memory 
 Session 8 moved each call's inputs behind a random spacer and saw no change; the forward's own
 intermediates (x + y, the relu's output) stayed where the caching allocator keeps giving them. Here
 each of N fresh processes times the forward by kernel spans with the harness's loop
-(timing.time_calls(spans=True): hold, read flush, fresh inputs) in two modes, 8 blocks of 50 calls:
+(timing.loop.time_calls(spans=True): hold, read flush, fresh inputs) in two modes, 8 blocks of 50 calls:
 
   one      as the harness does today: every allocation in the default pool
   rotate   call i makes its inputs and runs its forward inside memory pool i % 8
@@ -35,7 +35,7 @@ def child() -> None:
     import contextlib
 
     from small_spread import relu_runner, span_child
-    torch, timing, rec, rng = span_child()
+    torch, loop, rec, rng = span_child()
     out: dict = {}
     for name, (n, k) in KERNELS.items():
         res = {}
@@ -62,9 +62,9 @@ def child() -> None:
             blocks, by_pool = [], [[] for _ in range(POOLS)]
             for b in range(BLOCKS):
                 i0 = state["i"]
-                rep = timing.time_calls(r, [rng.getrandbits(62) for _ in range(CALLS)],
-                                        warmup=POOLS if b == 0 else 0, flush_l2=True, npos=0,
-                                        hold_us=300.0, spans=True)
+                rep = loop.time_calls(r, [rng.getrandbits(62) for _ in range(CALLS)],
+                                      warmup=POOLS if b == 0 else 0, flush_l2=True, npos=0,
+                                      hold_us=300.0, spans=True)
                 spans = rep["span_ms"]
                 if b == 0:
                     i0 = state["i"] - len(spans)

@@ -4,7 +4,7 @@ relu_add on 4M floats timed 1.8% faster in each of 5 fresh candidate processes t
 reference process, which is not poisoned, and relu on 64K floats 1.6-5.9% faster.)
 
 Fresh processes alternate with and without the poison step, then time both kernels with the
-harness's child-side loop (timing.time_calls). Usage: python bench/diag/poison_effect.py [--procs 8]"""
+harness's child-side loop (timing.loop.time_calls). Usage: python bench/diag/poison_effect.py [--procs 8]"""
 import json
 import statistics
 import subprocess
@@ -21,8 +21,9 @@ def child(poison: bool) -> None:
 
     import torch
 
-    from harness import timing
-    timing.pin(torch)
+    from harness.timing import loop
+    from harness.timing.hold import pin
+    pin(torch)
     if poison:  # as Runner._poison
         free, _ = torch.cuda.mem_get_info()
         torch.full((max(min(int(free * 0.25), 8 << 30) // 4, 1),), float("nan"), device="cuda")
@@ -31,8 +32,8 @@ def child(poison: bool) -> None:
     rng = random.Random()
     out = {}
     for name, (n, k) in KERNELS.items():
-        rep = timing.time_calls(relu_runner(torch, n, k), [rng.getrandbits(62) for _ in range(100)], warmup=5,
-                                flush_l2=True, npos=0, hold_us=300.0)
+        rep = loop.time_calls(relu_runner(torch, n, k), [rng.getrandbits(62) for _ in range(100)], warmup=5,
+                              flush_l2=True, npos=0, hold_us=300.0)
         out[name] = statistics.median(rep["times_ms"]) * 1e3
     print(json.dumps(out))
 

@@ -2,7 +2,7 @@
 relu on 64K floats 5.6% apart between fresh processes against 0.8% between blocks of one process, and
 ruled out the inputs' placement, the clocks and the host.)
 
-Each fresh process times relu on 64K floats with the harness's own child-side loop (timing.time_calls:
+Each fresh process times relu on 64K floats with the harness's own child-side loop (timing.loop.time_calls:
 hold, read flush, events, fresh inputs per call), 2 blocks of 40 calls per level of three factors
 that are fixed for a process's life in the harness, interleaved level by level:
 - stream: the default stream and 3 created ones (a stream maps onto one of the context's hardware
@@ -32,8 +32,9 @@ def child() -> None:
     import triton
     import triton.language as tl
 
-    from harness import timing
-    timing.pin(torch)
+    from harness.timing import loop
+    from harness.timing.hold import pin
+    pin(torch)
 
     @triton.jit
     def relu_k(x_ptr, y_ptr, n, BLOCK: tl.constexpr, COPY: tl.constexpr):
@@ -69,8 +70,8 @@ def child() -> None:
 
     def block(fn, stream=None):
         with torch.cuda.stream(stream or streams[0]):
-            rep = timing.time_calls(Runner(fn), [rng.getrandbits(62) for _ in range(CALLS)], warmup=3,
-                                    flush_l2=True, npos=0, hold_us=300.0)
+            rep = loop.time_calls(Runner(fn), [rng.getrandbits(62) for _ in range(CALLS)], warmup=3,
+                                  flush_l2=True, npos=0, hold_us=300.0)
         torch.cuda.synchronize()
         return statistics.median(rep["times_ms"]) * 1e3
 

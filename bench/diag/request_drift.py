@@ -28,7 +28,7 @@ from small_spread import arg, relu_add_4m_child  # noqa: E402
 
 
 def child() -> None:
-    torch, timing, runner, rng, _ = relu_add_4m_child()
+    torch, loop, runner, rng, _ = relu_add_4m_child()
     calls = arg("--calls", 100)
     import pynvml
     pynvml.nvmlInit()
@@ -45,8 +45,8 @@ def child() -> None:
             continue
         if cmd != "go":
             break
-        rep = timing.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
-                                npos=0, hold_us=300.0, spans=True)
+        rep = loop.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
+                              npos=0, hold_us=300.0, spans=True)
         print(json.dumps({"span": round(statistics.median(x for x in rep["span_ms"] if x > 0) * 1e3, 3),
                           "events": round(statistics.median(rep["times_ms"]) * 1e3, 3),
                           "temp": pynvml.nvmlDeviceGetTemperature(h, 0)}), flush=True)

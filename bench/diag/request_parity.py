@@ -5,7 +5,7 @@ alternate requests of one process (100 calls each), whether the 256 MB flush buf
 allocation or placed anywhere in a larger one. So the state is set by something else each request
 makes. Each variant below runs in its own fresh process, `--requests` requests of `--calls` calls
 (harness loop: 300 us hold, fresh inputs, spans), flush buffer fixed:
-  base     as timing.time_calls does it: a new scalar `sink` for the read flush's sum per request;
+  base     as timing.loop.time_calls does it: a new scalar `sink` for the read flush's sum per request;
   sink     the sink allocated once and reused;
   write    the flush is a write (zero_ of the buffer): no sum, no sink;
   gc       base, with the garbage collector run and the device synchronised before each request;
@@ -38,11 +38,11 @@ VARIANTS = ("base", "sink", "write", "gc", "calls10", "events", "cupti_on", "ev_
 
 
 def child() -> None:
-    torch, timing, runner, rng, rec = relu_add_4m_child()
+    torch, loop, runner, rng, rec = relu_add_4m_child()
     variant, calls, requests = arg("--variant", "base"), arg("--calls", 100), arg("--requests", 8)
     if variant == "calls10":
         calls, requests = 10, 2 * requests
-    P = timing._PINNED
+    P = loop.PINNED
     zeros, empty = P["zeros"], P["empty"]
     held: dict = {}
 
@@ -87,9 +87,9 @@ def child() -> None:
         if variant == "gc":
             gc.collect()
             torch.cuda.synchronize()
-        rep = timing.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
-                                npos=0, hold_us=300.0, spans=not variant.endswith("events"),
-                                flush_method="write" if variant == "write" else "read")
+        rep = loop.time_calls(runner, [rng.getrandbits(62) for _ in range(calls)], warmup=5, flush_l2=True,
+                              npos=0, hold_us=300.0, spans=not variant.endswith("events"),
+                              flush_method="write" if variant == "write" else "read")
         times = rep["times_ms"] if variant.endswith("events") else [x for x in rep["span_ms"] if x > 0]
         out.append(round(statistics.median(times) * 1e3, 2))
     print(json.dumps(out))

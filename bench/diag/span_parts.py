@@ -27,9 +27,9 @@ N = 1 << 22
 
 def child() -> None:
     from small_spread import relu_runner, span_child
-    torch, timing, rec, rng = span_child()
+    torch, loop, rec, rng = span_child()
     parts: list[tuple[float, float, float]] = []
-    real = timing.call_work
+    real = loop.call_work
 
     def spy(acts, windows, harness):  # each call's work as the harness finds it, split in three
         work = real(acts, windows, harness)
@@ -39,20 +39,20 @@ def child() -> None:
                 parts.append(((e1 - s1) / 1e3, (s2 - e1) / 1e3, (e2 - s2) / 1e3))
         return work
 
-    timing.call_work = spy
+    loop.call_work = spy
     r = relu_runner(torch, N, 2)
     r.span_recorder = lambda: rec
     seeds = lambda: [rng.getrandbits(62) for _ in range(50)]  # noqa: E731
     base = []
     for b in range(4):
-        base += timing.time_calls(r, seeds(), warmup=5 if b == 0 else 0, flush_l2=True, npos=0,
-                                  hold_us=300.0, spans=True)["span_ms"]
+        base += loop.time_calls(r, seeds(), warmup=5 if b == 0 else 0, flush_l2=True, npos=0,
+                                hold_us=300.0, spans=True)["span_ms"]
     base_parts = list(parts)
     ballast, moved = [], []
     for b in range(4):
         ballast.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
-        moved.append(statistics.median(timing.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0,
-                                                         hold_us=300.0, spans=True)["span_ms"]) * 1e3)
+        moved.append(statistics.median(loop.time_calls(r, seeds(), warmup=0, flush_l2=True, npos=0,
+                                                       hold_us=300.0, spans=True)["span_ms"]) * 1e3)
     med = lambda i: statistics.median(p[i] for p in base_parts)  # noqa: E731
     print(json.dumps({"span": statistics.median(base) * 1e3, "add": med(0), "gap": med(1), "relu": med(2),
                       "n_parts": len(base_parts), "flush_moved": moved}))

@@ -7,7 +7,7 @@ harness averages by timing a side in several processes. If the offset belonged t
 stream is given, one process could draw several offsets by timing on several streams; if it came from
 what the flush evicts (launch metadata, page tables), it would vanish with the flush off.
 
-Each of `--procs` fresh processes times the forward with the harness's loop (timing.time_calls: 300 us
+Each of `--procs` fresh processes times the forward with the harness's loop (timing.loop.time_calls: 300 us
 hold, fresh inputs, kernel spans), `--calls` calls per case: on its default stream, on each of 8 new
 streams, on one high-priority stream, and the default stream again (two passes), and once with the
 flush off. The table gives each process's medians; the summary splits the sd between processes and
@@ -31,14 +31,14 @@ STREAMS = 8
 
 
 def child() -> None:
-    torch, timing, runner, rng, _ = relu_add_4m_child()
+    torch, loop, runner, rng, _ = relu_add_4m_child()
     calls = arg("--calls", 100)
 
     def med(stream=None, flush=True) -> float:
         seeds = [rng.getrandbits(62) for _ in range(calls)]
         ctx = torch.cuda.stream(stream) if stream is not None else torch.cuda.stream(torch.cuda.current_stream())
         with ctx:
-            rep = timing.time_calls(runner, seeds, warmup=5, flush_l2=flush, npos=0, hold_us=300.0, spans=True)
+            rep = loop.time_calls(runner, seeds, warmup=5, flush_l2=flush, npos=0, hold_us=300.0, spans=True)
         spans = [x for x in rep["span_ms"] if x > 0]
         return round(statistics.median(spans) * 1e3, 3)
 

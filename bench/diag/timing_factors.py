@@ -2,11 +2,12 @@
 read per call) moves a 2048^3 fp32 matmul? Run from the repo root: python bench/diag/timing_factors.py"""
 import statistics, torch, sys
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
-from harness.timing import _persisting_l2_reset, GpuMonitor
+from harness.timing.hold import persisting_l2_reset
+from harness.timing.monitor import GpuMonitor
 torch.backends.cuda.matmul.allow_tf32 = False
 n = 2048
 flush = torch.zeros(256 << 20 >> 2, device="cuda"); sink = torch.empty((), device="cuda")
-reset = _persisting_l2_reset(); mon = GpuMonitor()
+reset = persisting_l2_reset(); mon = GpuMonitor()
 a0 = torch.randn(n, n, device="cuda"); b0 = torch.randn(n, n, device="cuda")
 def run(fresh, rst, nvml, k=40):
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); ts = []

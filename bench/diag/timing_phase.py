@@ -3,7 +3,7 @@ of small problems, exclusive on the slot, 14-22 s of a 40 s run).
 
 For each of the throughput bench's problems (tests/problems: relu_add, softmax_wide, linear_relu), an
 identical torch solution is evaluated `--runs` times against one live reference (as a batch does), with
-the parent's side of timing.measure instrumented: each request to a child (its wall time, and the
+the parent's side of timing.measure.measure instrumented: each request to a child (its wall time, and the
 calls' own host time inside it), the NVML snapshots, the stops and resumes of the candidate, and the
 phase as a whole. The first evaluation of each problem (the reference's first timing) is left out of
 the means. A cProfile of the parent over all of them follows the table.
@@ -60,7 +60,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
-    from harness import evaluation, isolation, timing
+    from harness import evaluation, isolation
+    from harness.timing import measure, monitor
     from harness.config import load_config
     from harness.problems import find_problem
     from harness.reference import ReferenceSession
@@ -81,9 +82,9 @@ def main() -> None:
     clk.wrap(isolation.Worker, "request", "request (all ops)", on_request)
     clk.wrap(isolation.Worker, "pause", "candidate pause")
     clk.wrap(isolation.Worker, "resume", "candidate resume")
-    clk.wrap(timing.GpuMonitor, "snapshot", "NVML snapshot")
-    clk.wrap(timing, "measure", "measure()")
-    evaluation.measure = timing.measure
+    clk.wrap(monitor.GpuMonitor, "snapshot", "NVML snapshot")
+    clk.wrap(measure, "measure", "measure()")
+    evaluation.measure = measure.measure
     clk.wrap(evaluation, "clock_checks", "clock_checks")
     clk.wrap(evaluation, "ratio_ci", "ratio_ci (bootstrap)")
     clk.wrap(evaluation, "_quiet", "_quiet")
