@@ -11,6 +11,7 @@ from .fingerprint import OutputPrints
 from .hold import PINNED, gpu_hold, persisting_l2_reset, pin
 from .monitor import GpuMonitor
 
+
 def _capture(torch, fn, inputs):
     """A CUDA graph of one forward on static input buffers; None if the forward cannot be captured."""
     prev = torch.cuda.current_stream()
@@ -70,9 +71,102 @@ def span_of(work: list[tuple[int, int, str]]) -> float:
     return (max(a[1] for a in work) - min(a[0] for a in work)) / 1e6 if work else -1.0
 
 
+def _gpu_monitor(runner) -> GpuMonitor:
+    """The process's NVML handle, opened once: opening one (init, the max-clock query) took 1-2 ms a
+    request."""
+    if "monitor" not in runner.cache:
+        runner.cache["monitor"] = GpuMonitor()
+    return runner.cache["monitor"]
+
+
+def _l2_flush(torch, runner, flush_method: str):
+    """(flush, reset_l2): the L2 flush enqueued before each forward, a read of its buffer (a sum into
+    a scalar) or a write, and the persisting-L2 reset (None where the runtime's cannot be found)."""
+    P = PINNED
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
+    # twice the L2, and at least 256 MB: the flush must also outlast the host's launch of the
+    # forward, which is what keeps launch latency out of the interval (see time_calls)
+    buf = P["zeros"](max(2 * l2, 256 << 20) // 4, dtype=torch.float32, device="cuda")
+    if flush_method == "write":
+        flush = buf.zero_
+    else:
+        sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
+        flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
+    if "reset_l2" not in runner.cache:  # looked up once: finding the library takes ~3 ms
+        runner.cache["reset_l2"] = persisting_l2_reset()
+    return flush, runner.cache["reset_l2"]
+
+
+def _launch_hold(torch, flags: list[str]):
+    """The pinned hold, for a request that asks for one; None, flagged launch_hold_unavailable, where
+    this process has none that works."""
+    if PINNED.get("hold") is None and not PINNED.get("hold_rechecked"):
+        # the check at pin() ran beside other contexts' work (a standby primed, or a candidate
+        # started, while other evaluations ran): time-slicing lets the side stream's kernel in while
+        # the hold is switched out, and the check fails though the hold works on a quiet GPU. Here
+        # the GPU is quiet, as it is for every timed call: check once more, in the same conditions.
+        PINNED["hold_rechecked"] = True
+        PINNED["hold"] = gpu_hold(torch)
+    hold = PINNED.get("hold")
+    if hold is None:
+        flags.append("launch_hold_unavailable")
+    return hold
+
+
+def _span_recorder(runner, flags: list[str]):
+    """(recorder, why not): the process's CUPTI recorder for kernel spans; None, flagged
+    kernel_span_unavailable, with the runner's word on why, where it has none."""
+    rec = runner.span_recorder() if hasattr(runner, "span_recorder") else None
+    if rec is None:
+        flags.append("kernel_span_unavailable")
+        return None, getattr(runner, "span_why", None)
+    return rec, None
+
+
+def _shield(hold, hold_us: float, flush):
+    """What precedes each forward on the GPU: the hold, then the flush (either may be None)."""
+    def shield() -> None:
+        if hold is not None:
+            hold(hold_us)
+        if flush is not None:
+            flush()
+    return shield
+
+
+def _graph(torch, runner, fn, variant: str, seed: int):
+    """The forward captured in a CUDA graph (_capture), once per process and variant; None where it
+    cannot be captured."""
+    key = ("graph", variant)
+    if key not in runner.cache:
+        runner.cache[key] = _capture(torch, fn, runner.make_inputs(seed ^ 0x6A6A))
+    return runner.cache[key]
+
+
+def _harness_window(rec, shield, sync) -> tuple[int, int]:
+    """CUPTI's recording started, then a call without its forward: the window (CUPTI's clock, ns) of
+    the kernels the harness itself runs in each call."""
+    rec.start(spans=True)
+    w0 = rec.timestamp()
+    shield()
+    sync()
+    return w0, rec.timestamp()
+
+
+def _kernel_spans(rec, windows: list[tuple[int, int]]) -> tuple[list[float], list[int]]:
+    """Each call's kernel span, and its count of launches (the forward's kernels, copies and fills),
+    from CUPTI's records in its window (call_work), less what the harness's own call (the first
+    window) ran; the records are let go."""
+    first = [a for a in rec.spans if windows[0][0] <= a[0] <= windows[0][1]]
+    work = call_work(rec.spans, windows[1:], [a[2] for a in sorted(first)])
+    rec.spans = None
+    return [span_of(w) for w in work], [len(w) for w in work]
+
+
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
                flush_method: str = "read", variant: str = "eager", graph: bool = False,
                hold_us: float = 0.0, spans: bool = False) -> dict:
+    """One timed call per seed (see the module's docstring): the time reply's lists, one entry per
+    call, and the flags of what this process could not do as asked."""
     torch = runner.torch
     cuda = runner.device == "cuda"
     fn = runner.timed_callable(variant)
@@ -83,92 +177,37 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     leaked = 0  # calls whose interval had opened before the forward was enqueued
     clocks: list[int] = []
     flags: list[str] = []
-    flush = reset_l2 = None
-    clock = None
-    if cuda:  # one NVML handle per process: opening one (init, the max-clock query) took 1-2 ms a request
-        if "monitor" not in runner.cache:
-            runner.cache["monitor"] = GpuMonitor()
-        clock = runner.cache["monitor"]
+    clock = _gpu_monitor(runner) if cuda else None
     if not PINNED:  # the reference's process: no solution code in it, pinning now is as good
         pin(torch)
-    P = PINNED
     if cuda:
-        sync = P.get("synchronize", torch.cuda.synchronize)
-        Event = P.get("Event", torch.cuda.Event)
-    now = P["perf_counter"]
-    if cuda and flush_l2:
-        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
-        # twice the L2, and at least 256 MB: the flush must also outlast the host's launch of the
-        # forward, which is what keeps launch latency out of the interval (see below)
-        buf = P["zeros"](max(2 * l2, 256 << 20) // 4, dtype=torch.float32, device="cuda")
-        if flush_method == "write":
-            flush = buf.zero_
-        else:
-            sink, _sum = P["empty"]((), dtype=torch.float32, device="cuda"), P["sum"]
-            flush = lambda: _sum(buf, 0, out=sink)  # noqa: E731
-        if "reset_l2" not in runner.cache:  # looked up once: finding the library takes ~3 ms
-            runner.cache["reset_l2"] = persisting_l2_reset()
-        reset_l2 = runner.cache["reset_l2"]
-    if cuda and hold_us > 0 and P.get("hold") is None and not P.get("hold_rechecked"):
-        # the check at pin() ran beside other contexts' work (a standby primed, or a candidate
-        # started, while other evaluations ran): time-slicing lets the side stream's kernel in while
-        # the hold is switched out, and the check fails though the hold works on a quiet GPU. Here
-        # the GPU is quiet, as it is for every timed call: check once more, in the same conditions.
-        P["hold_rechecked"] = True
-        P["hold"] = gpu_hold(torch)
-    hold = P.get("hold") if cuda and hold_us > 0 else None
-    if cuda and hold_us > 0 and hold is None:
-        flags.append("launch_hold_unavailable")
-    start = Event(enable_timing=True) if cuda else None
-    end = Event(enable_timing=True) if cuda else None
-    rec, span_why = None, None
-    if cuda and spans:
-        rec = runner.span_recorder() if hasattr(runner, "span_recorder") else None
-        if rec is None:
-            flags.append("kernel_span_unavailable")
-            span_why = getattr(runner, "span_why", None)
+        sync = PINNED.get("synchronize", torch.cuda.synchronize)
+        Event = PINNED.get("Event", torch.cuda.Event)
+    now = PINNED["perf_counter"]
+    flush, reset_l2 = _l2_flush(torch, runner, flush_method) if cuda and flush_l2 else (None, None)
+    hold = _launch_hold(torch, flags) if cuda and hold_us > 0 else None
+    start, end = (Event(enable_timing=True), Event(enable_timing=True)) if cuda else (None, None)
+    rec, span_why = _span_recorder(runner, flags) if cuda and spans else (None, None)
     prints = OutputPrints(torch, npos, len(seeds), torch.cuda.mem_get_info()[0] if cuda else None)
-    fps = prints.fps
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
-    span_ms: list[float] = []
-    launches: list[int] = []  # per call, the kernels, copies and fills of the forward (CUPTI's records)
-
-    def shield() -> None:  # what precedes each forward on the GPU: the hold, then the flush
-        if hold is not None:
-            hold(hold_us)
-        if flush is not None:
-            flush()
-
-    def report() -> dict:  # the lists as filled so far
-        return {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,
-                "launch_leaked": leaked, "fingerprints": fps, "clocks_mhz": clocks,
-                "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
-                "l2_reset": reset_l2 is not None, "span_ms": span_ms, "span_launches": launches,
-                "span_why": span_why}
-
+    shield = _shield(hold, hold_us, flush)
+    report = {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,  # filled below
+              "launch_leaked": leaked, "fingerprints": prints.fps, "clocks_mhz": clocks,
+              "max_clock_mhz": clock.max_sm if clock else None, "flags": flags,
+              "l2_reset": reset_l2 is not None, "span_ms": [], "span_launches": [], "span_why": span_why}
     with torch.no_grad():
         for k in range(warmup):
             fn(*runner.make_inputs(seeds[0] ^ (0x5EED + k)))
-        captured = None
-        if cuda and graph:
-            key = ("graph", variant)
-            if key not in runner.cache:
-                runner.cache[key] = _capture(torch, fn, runner.make_inputs(seeds[0] ^ 0x6A6A))
-            captured = runner.cache[key]
-            if captured is None:
-                # stop here: after a capture that failed inside CUDA this process may still be half
-                # in capture mode, and the parent times both sides eagerly instead
-                flags.append("cuda_graph_unavailable")
-                return report()
+        captured = _graph(torch, runner, fn, variant, seeds[0]) if cuda and graph else None
+        if cuda and graph and captured is None:
+            # stop here: after a capture that failed inside CUDA this process may still be half
+            # in capture mode, and the parent times both sides eagerly instead
+            flags.append("cuda_graph_unavailable")
+            return report
         if cuda:
             sync()
         if rec is not None:
-            rec.start(spans=True)
-            # a call without its forward: the kernels the harness itself runs in each call
-            w0 = rec.timestamp()
-            shield()
-            sync()
-            windows.append((w0, rec.timestamp()))
+            windows.append(_harness_window(rec, shield, sync))
         try:
             for seed in seeds:
                 inputs = runner.make_inputs(seed)
@@ -219,9 +258,6 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
                 rec.stop()
         prints.flush()  # after the recording: its kernels are not the calls'
         if rec is not None and len(windows) == len(times) + 1:
-            first = [a for a in rec.spans if windows[0][0] <= a[0] <= windows[0][1]]
-            work = call_work(rec.spans, windows[1:], [a[2] for a in sorted(first)])
-            span_ms[:] = [span_of(w) for w in work]
-            launches[:] = [len(w) for w in work]
-            rec.spans = None
-    return report()
+            report["span_ms"], report["span_launches"] = _kernel_spans(rec, windows)
+    report["launch_leaked"] = leaked
+    return report

@@ -20,6 +20,7 @@ from .fingerprint import fingerprints_match
 from .monitor import POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, round_state, runqueue_wait_ns, steal_jiffies
 from .stats import summarize
 
+
 def reply_spans(reply) -> list[float]:
     """A time reply's kernel spans, one per call: -1.0 each where it has none (not asked, or CUPTI
     could not be had)."""
@@ -94,11 +95,6 @@ class Measurement:
     seconds: float = 0.0
 
 
-
-def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
-    return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
-
-
 # Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
 # own launcher
 WARM_HOLD_US = 1.0
@@ -114,6 +110,131 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
     return round(min(cap_us, 2e3 * med + 50.0), 1)
 
 
+def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
+    """Whether a side waited for a CPU for over `frac` of its request's wall (run-queue waits in ns)."""
+    return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
+
+
+def _note_cpu(m: Measurement, side: str, worker, cuda: bool) -> None:
+    """The CPU path's host conditions: the CPU `side`'s main thread was found on after its request
+    (a GPU's sides are pinned)."""
+    cpu = None if cuda else last_cpu(worker)
+    if cpu is not None:
+        seen = m.host_cpus.setdefault(side, {})
+        seen[cpu] = seen.get(cpu, 0) + 1
+
+
+def _candidate_failed(m: Measurement, c_reply, warm: bool) -> bool:
+    """Whether the candidate's reply ends the measurement: its CUDA graph capture failed (it is to be
+    restarted), or its request failed."""
+    if warm and m.cuda_graph and (not c_reply.ok or "cuda_graph_unavailable" in c_reply.flags):
+        # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
+        # in capture mode in that process (RNG offsets, allocator pool, current stream), and
+        # may surface as an error of this first round: evaluate() times both sides again,
+        # eagerly, with the candidate in a fresh process; an error that persists there is its own
+        m.restart_candidate = True
+        return True
+    if not c_reply.ok:
+        m.error = c_reply.error
+        m.flags.append(c_reply.error_kind or "runtime_error")
+        return True
+    return False
+
+
+def _tally(m: Measurement, c_reply, r_reply, tol) -> None:
+    """A round's launch counts, fingerprint mismatches and the reference's word on its process, taken
+    whether or not its samples are kept."""
+    for side, reply in ((m.cand, c_reply), (m.ref, r_reply)):
+        if reply.span_launches:
+            side.launches = list(reply.span_launches)
+    for cf, rf in zip(c_reply.fingerprints, r_reply.fingerprints):
+        if not fingerprints_match(cf, rf, tol):
+            m.mismatched_calls += 1
+    m.rounds += 1
+    m.l2_reset = bool(r_reply.l2_reset)
+    m.max_clock_mhz = m.max_clock_mhz or r_reply.max_clock_mhz
+
+
+def _hold_dropped(m: Measurement, r_reply) -> bool:
+    """Whether the reference's process reports no working hold while the rounds hold both sides: then
+    the samples so far are dropped and both sides go without, from a new warm-up round."""
+    if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
+        m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
+        if m.hold_us > 0:
+            # a hold on one side only would leave the launching inside the reference's interval
+            # and out of the candidate's: both sides without, from a new warm-up round (the
+            # fingerprints' verdict on the calls made so far stands)
+            m.hold_us = 0.0
+            m.cand, m.ref, m.rounds = Side(), Side(), 0
+            return True
+    return False
+
+
+def _spans_chosen(m: Measurement, t, warm_spans: list[float], r_reply) -> bool:
+    """Whether the rounds from here are timed by kernel spans (config.Timing.kernel_span), decided
+    after the first warm-up round.
+
+    A short problem is timed by kernel spans from here, after one more warm-up round, since CUPTI's
+    first records in a process (its buffers; the hold resized for launches with CUPTI on) are not
+    those of a steady call; this round's go. "Short" is the reference's GPU work, as the warm-up
+    round's CUPTI records (launch counts) give it, else this first round under the full hold's
+    events. Events also hold whatever launching outlasted the hold: a 24 us kernel timed by events
+    read 2.7 us more than by spans, in the run with the most leaked launches."""
+    m.span_basis_ms = statistics.median(warm_spans or r_reply.times_ms)
+    if t.kernel_span == "on" or (t.kernel_span == "auto" and m.span_basis_ms < t.kernel_span_below_ms):
+        m.spans = True
+        return True
+    return False
+
+
+def _drop_unavailable_spans(m: Measurement, c_reply, r_reply) -> None:
+    """Kernel spans off for both sides where either process could not record them."""
+    if m.spans and any("kernel_span_unavailable" in r.flags for r in (c_reply, r_reply)):
+        m.spans = False  # both sides or neither; the events of the calls so far stand
+        m.flags.append("kernel_span_unavailable")
+        m.span_why = "; ".join(f"{name}: {r.span_why or 'CUPTI could not be had'}"[:200]
+                               for name, r in (("candidate", c_reply), ("reference", r_reply))
+                               if "kernel_span_unavailable" in r.flags)
+
+
+def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply) -> tuple[dict, dict]:
+    """Each side's round_state from the parent's NVML snapshots (before the candidate, after it, after
+    the reference); a `slow` side's samples are re-taken by the next rounds."""
+    s0, s1, s2 = snaps
+    st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
+    st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
+    for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
+        if st["slow"] and len(m.retaken) >= 2 * t.min_rounds + 10:
+            # a slowdown that persists is the machine's state, not an accident of one round:
+            # measure under it, flagged, rather than never finish
+            st["slow"] = False
+            if "throttled" not in m.flags:
+                m.flags.append("throttled")
+        if st["slow"]:  # re-taken by the next rounds
+            m.throttled += len(reply.times_ms)
+            m.retaken.append(f"{side}: {', '.join(st['why'])}")
+        elif st.get("sm") is not None:
+            m.gpu_rounds.append(st)
+    return st_c, st_r
+
+
+def _enough(m: Measurement, t, min_calls: int, rounds_done: bool, over_budget: bool) -> bool:
+    """Whether sampling stops: enough calls kept, in enough kept rounds (`rounds_done`), and both
+    sides stable, or the calls or the budget spent."""
+    c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
+    n = min(len(c_t), len(r_t))
+    if n >= min_calls and rounds_done:
+        stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
+        return stable or n >= t.max_calls or over_budget
+    return False
+
+
+def _steal_since(steal0: dict[int, int]) -> dict[int, float]:
+    """The hypervisor's steal per CPU (ms) since `steal0` (steal_jiffies)."""
+    tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+    return {c: round((v - steal0.get(c, v)) * tick_ms, 1) for c, v in steal_jiffies().items()}
+
+
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
             min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
@@ -127,6 +248,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
     buy is their offsets averaged, not more calls; and the first pair's `hold_us`, which also skips
     the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured."""
+    # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
+    # steps that need none of them are the helpers above.
     from ..records import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
@@ -137,12 +260,6 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
     rq = runqueue_wait_ns if cuda else (lambda w: None)
     steal0 = {} if cuda else steal_jiffies()
-
-    def where(side: str, w) -> None:  # the CPU path's host conditions; a GPU's sides are pinned
-        cpu = None if cuda else last_cpu(w)
-        if cpu is not None:
-            seen = m.host_cpus.setdefault(side, {})
-            seen[cpu] = seen.get(cpu, 0) + 1
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
     min_calls = t.min_calls if cuda else t.cpu_min_calls
@@ -169,24 +286,15 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                       hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
-        where("candidate", cand)
+        _note_cpu(m, "candidate", cand, cuda)
         s1, q1 = snap(), rq(cand)
-        if warm and m.cuda_graph and (not c_reply.ok or "cuda_graph_unavailable" in c_reply.flags):
-            # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
-            # in capture mode in that process (RNG offsets, allocator pool, current stream), and
-            # may surface as an error of this first round: evaluate() times both sides again,
-            # eagerly, with the candidate in a fresh process; an error that persists there is its own
-            m.restart_candidate = True
-            break
-        if not c_reply.ok:
-            m.error = c_reply.error
-            m.flags.append(c_reply.error_kind or "runtime_error")
+        if _candidate_failed(m, c_reply, warm):
             break
         cand.pause()  # nothing of the candidate's runs while the reference is timed
         try:
             p0 = rq(ref)
             r_reply, r_wall = ref.request(cmd, ref_timeout)
-            where("reference", ref)
+            _note_cpu(m, "reference", ref, cuda)
             s2, p1 = snap(), rq(ref)
             if with_compiled:
                 k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
@@ -206,25 +314,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
             m.flags.append("malformed_report")
             break
-        for side, reply in ((m.cand, c_reply), (m.ref, r_reply)):
-            if reply.span_launches:
-                side.launches = list(reply.span_launches)
-        for cf, rf in zip(c_reply.fingerprints, r_reply.fingerprints):
-            if not fingerprints_match(cf, rf, tol):
-                m.mismatched_calls += 1
-        m.rounds += 1
+        _tally(m, c_reply, r_reply, tol)
         unkept += 1  # until the round is kept, below
-        m.l2_reset = bool(r_reply.l2_reset)
-        m.max_clock_mhz = m.max_clock_mhz or r_reply.max_clock_mhz
-        if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
-            m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
-            if m.hold_us > 0:
-                # a hold on one side only would leave the launching inside the reference's interval
-                # and out of the candidate's: both sides without, from a new warm-up round (the
-                # fingerprints' verdict on the calls made so far stands)
-                m.hold_us, warm, no_hold = 0.0, True, True
-                m.cand, m.ref, m.rounds, unkept = Side(), Side(), 0, 0
-                continue
+        if _hold_dropped(m, r_reply):
+            warm, no_hold, unkept = True, True, 0
+            continue
         if warm:  # the first round's wall includes warm-up and captures; keep its samples out
             warm = False
             if not span_decided:
@@ -235,38 +329,12 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
             continue
         if cuda and not span_decided:
-            # A short problem is timed by kernel spans from here, after one more warm-up round, since
-            # CUPTI's first records in a process (its buffers; the hold resized for launches with
-            # CUPTI on) are not those of a steady call; this round's go. "Short" is the reference's
-            # GPU work, as the warm-up round's CUPTI records (launch counts) give it, else this first
-            # round under the full hold's events. Events also hold whatever launching outlasted the
-            # hold: a 24 us kernel timed by events read 2.7 us more than by spans, in the run with
-            # the most leaked launches.
             span_decided = True
-            m.span_basis_ms = statistics.median(warm_spans or r_reply.times_ms)
-            if t.kernel_span == "on" or (t.kernel_span == "auto" and m.span_basis_ms < t.kernel_span_below_ms):
-                m.spans, warm = True, True
+            if _spans_chosen(m, t, warm_spans, r_reply):
+                warm = True  # one more warm-up round, with CUPTI recording
                 continue
-        if m.spans and any("kernel_span_unavailable" in r.flags for r in (c_reply, r_reply)):
-            m.spans = False  # both sides or neither; the events of the calls so far stand
-            m.flags.append("kernel_span_unavailable")
-            m.span_why = "; ".join(f"{name}: {r.span_why or 'CUPTI could not be had'}"[:200]
-                                   for name, r in (("candidate", c_reply), ("reference", r_reply))
-                                   if "kernel_span_unavailable" in r.flags)
-        st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
-        st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
-        for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
-            if st["slow"] and len(m.retaken) >= 2 * t.min_rounds + 10:
-                # a slowdown that persists is the machine's state, not an accident of one round:
-                # measure under it, flagged, rather than never finish
-                st["slow"] = False
-                if "throttled" not in m.flags:
-                    m.flags.append("throttled")
-            if st["slow"]:  # re-taken by the next rounds
-                m.throttled += len(reply.times_ms)
-                m.retaken.append(f"{side}: {', '.join(st['why'])}")
-            elif st.get("sm") is not None:
-                m.gpu_rounds.append(st)
+        _drop_unavailable_spans(m, c_reply, r_reply)
+        st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
         # A round in which a side waited for a CPU keeps its samples (dropping them would let a
         # solution pick its own rounds by making them contended) but is marked, and the host-clock
         # checks look at quiet rounds where there are enough: contention on one side looks like
@@ -283,20 +351,14 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.compiled += k_reply.times_ms
             m.compiled_span += reply_spans(k_reply)
         unkept -= 1
-        c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
-        n = min(len(c_t), len(r_t))
-        elapsed = time.perf_counter() - t_start
-        if n >= min_calls and m.rounds - unkept >= min_rounds:
-            stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
-            if stable or n >= t.max_calls or elapsed > budget_s:
-                break
+        if _enough(m, t, min_calls, m.rounds - unkept >= min_rounds, time.perf_counter() - t_start > budget_s):
+            break
         if m.rounds > 4 * (t.max_calls // round_calls + min_rounds) + 8:
             m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
             break
     m.seconds = time.perf_counter() - t_start
     if steal0:
-        tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
-        m.host_steal_ms = {c: round((v - steal0.get(c, v)) * tick_ms, 1) for c, v in steal_jiffies().items()}
+        m.host_steal_ms = _steal_since(steal0)
     return m
 
 
