@@ -228,7 +228,7 @@ class ReferenceSession:
                 # what a process pays once for timing (the launch hold's Triton build where it was not
                 # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's
                 # timing it was 1.1-1.2 s of an H100's timing wall (bench/diag/pair_cost.py)
-                from .timing import warm_up
+                from .timing.measure import warm_up
                 reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng), to)
                 if not reply.ok:
                     raise ReferenceError(f"problem {self.problem.name}: reference timing failed: {reply.error}")
@@ -247,7 +247,7 @@ class ReferenceSession:
         same weights), started together on the first call and reused after. They run no trials: the
         fingerprints of their timed calls are compared with the candidate's, as the first's are.
         Each is warmed up for timing (timing.warm_up) here, outside the timing phase."""
-        from .timing import warm_up
+        from .timing.measure import warm_up
         to = self.cfg.timeouts.problem_s
         with self.lock:
             for w in self.extra:

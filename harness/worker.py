@@ -73,7 +73,7 @@ def fingerprint(device: str) -> dict[str, Any]:
 
 
 def _nvml_state() -> dict[str, Any]:
-    from .timing import GpuMonitor
+    from .timing.monitor import GpuMonitor
     mon = GpuMonitor()
     snap = mon.snapshot()
     if snap is None:
@@ -207,7 +207,7 @@ class Runner:
         # seconds of each step of a candidate's load, and when it began (epoch), for the load reply
         self.steps: dict[str, str] = {"began": f"{time.time():.3f}"}
         if self.role == "candidate":
-            from .timing import is_pinned, pin
+            from .timing.hold import is_pinned, pin
             t0 = time.perf_counter()
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
                 pin(torch)
@@ -304,7 +304,7 @@ class Runner:
         torch = self.torch
         blobs = []
         seen: dict = {}
-        from .timing import pinned
+        from .timing.hold import pinned
         clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
@@ -405,11 +405,11 @@ class Runner:
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
         """The parent asks the reference's process (the problem's code, not a solution's)."""
-        from .timing import quiet_gpu
+        from .timing.monitor import quiet_gpu
         return quiet_gpu(self.torch, probe_us, probes, max_s)
 
     def time(self, cmd) -> dict:
-        from .timing import time_calls
+        from .timing.loop import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           hold_us=cmd.hold_us, spans=cmd.spans,
                           variant=cmd.variant, graph=cmd.cuda_graph)
@@ -467,7 +467,7 @@ def _to_cpu(torch, obj):
 
 
 def _same_inputs(torch, a: list, b: list) -> bool:
-    from .timing import pinned
+    from .timing.hold import pinned
     equal = pinned("equal", torch.equal)
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor) and not equal(x, y):
@@ -564,7 +564,8 @@ def preload_imports(fork_safe: bool = False) -> None:
     forked child could not use it then."""
     import torch
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    from . import problems, records, timing  # noqa: F401
+    from . import problems, records  # noqa: F401
+    from .timing import loop  # noqa: F401  (and the hold, fingerprints and NVML monitor it imports)
     if not fork_safe:
         import torch.utils.cpp_extension  # noqa: F401
         return
@@ -608,7 +609,7 @@ def _prime(rep_fd: int, device: str) -> None:
     import torch
 
     from .records import Reply
-    from .timing import is_pinned, pin, pinned
+    from .timing.hold import is_pinned, pin, pinned
     if device == "cuda":
         torch.cuda.init()
     pin(torch)

@@ -185,9 +185,9 @@ def test_the_launch_hold_lasts_as_asked_and_keeps_other_streams_off_the_gpu():
     interval's events do not see, cannot run hidden inside it, and must wait until it ends."""
     import torch
 
-    import harness.timing as timing
-    timing.pin(torch)
-    hold = timing.pinned("hold")
+    from harness.timing.hold import pin, pinned
+    pin(torch)
+    hold = pinned("hold")
     assert hold is not None, "the hold kernel could not be built, or did not keep another stream waiting"
     side = torch.cuda.Stream()
     x = torch.ones(1 << 16, device="cuda")
@@ -230,7 +230,7 @@ def test_gpu_fingerprints_accumulate_in_float32_within_the_tolerances_and_batch_
     import torch
 
     from harness.config import load_config
-    from harness.timing import OutputPrints, _fingerprint, fingerprints_match
+    from harness.timing.fingerprint import OutputPrints, _fingerprint, fingerprints_match
     tol = load_config().correctness.tol["fp32"]
     torch.manual_seed(0)
     n = 1 << 24

@@ -30,7 +30,7 @@ def _timing(**kw):
 ])
 def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_share(when, cuda, spans, launches,
                                                                                      median_ms, expect):
-    from harness.timing import processes_for
+    from harness.timing.stats import processes_for
     assert processes_for(_timing(processes_when=when), cuda, spans, launches, median_ms) == expect
     assert processes_for(_timing(processes_when=when, processes=1), cuda, spans, launches, median_ms) == 1
 
@@ -44,7 +44,7 @@ def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_sha
     (8, [23.0, 25.0, 24.0], 0.0, 8),              # at the cap already
 ])
 def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, expect):
-    from harness.timing import processes_needed
+    from harness.timing.stats import processes_needed
     assert processes_needed(_timing(processes_max=8), n, medians, offset_rel) == expect
     assert processes_needed(_timing(processes_max=5), n, medians, offset_rel) == max(n, min(expect, 5))
     assert processes_needed(_timing(processes_max=8, processes_target_rel=0), n, medians, offset_rel) == n
@@ -52,7 +52,7 @@ def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, ex
 
 
 def test_no_more_pairs_than_fit_in_the_budget():
-    from harness.timing import pairs_within_budget
+    from harness.timing.stats import pairs_within_budget
     first = _measurement([1.0], [1.0])          # 0.5 s in all; its kept rounds' walls 2 ms a side
     t = _timing(processes_budget_s=2.5, processes_rounds=3)
     assert pairs_within_budget(t, [first]) == 125         # (2.5 - 0.5) / (4 x (2 + 2) ms)
@@ -67,7 +67,7 @@ def test_no_more_pairs_than_fit_in_the_budget():
 
 
 def _measurement(cand: list[float], ref: list[float], **kw):
-    from harness.timing import Measurement, Side
+    from harness.timing.measure import Measurement, Side
 
     def side(xs):
         s = Side(times=list(xs), host=[x + 0.1 for x in xs], enqueue=[0.01] * len(xs), launch=[0.02] * len(xs),
@@ -78,7 +78,7 @@ def _measurement(cand: list[float], ref: list[float], **kw):
 
 
 def test_pooled_keeps_every_call_of_every_pair_and_the_first_pairs_baseline():
-    from harness.timing import pooled
+    from harness.timing.measure import pooled
     a = _measurement([1.0, 1.1], [2.0, 2.1], compiled=[1.5, 1.6], hold_us=300.0, flags=["throttled"])
     b = _measurement([1.2, 1.3, 1.4], [2.2, 2.3], hold_us=250.0, mismatched_calls=1, flags=["throttled", "x"])
     p = pooled([a, b])
@@ -92,7 +92,8 @@ def test_pooled_keeps_every_call_of_every_pair_and_the_first_pairs_baseline():
 
 def test_each_pairs_calls_stay_with_their_round_for_the_clock_checks():
     """The checks pair each round's parent wall with that round's calls; pooling appends both in step."""
-    from harness.timing import _calls_by_round, pooled
+    from harness.timing.clocks import _calls_by_round
+    from harness.timing.measure import pooled
     p = pooled([_measurement([1.0, 1.1], [2.0]), _measurement([5.0, 5.5, 6.0], [2.0])])
     rounds = _calls_by_round(p.cand)
     assert [len(calls) for _, calls in rounds] == [2, 3]

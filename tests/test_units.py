@@ -12,7 +12,10 @@ from conftest import ROOT
 from harness.config import Tolerance, load_config
 from harness.correctness import compare_tensors
 from harness.static_checks import check_source
-from harness.timing import Measurement, Side, clock_checks, fingerprints_match, summarize, widen_for_process_bias
+from harness.timing.clocks import clock_checks
+from harness.timing.fingerprint import fingerprints_match
+from harness.timing.measure import Measurement, Side
+from harness.timing.stats import summarize, widen_for_process_bias
 
 FP32 = Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4)
 
@@ -52,7 +55,7 @@ def test_shape_and_dtype_are_part_of_the_answer():
 
 
 def _fp(t, seed):
-    from harness.timing import _fingerprint
+    from harness.timing.fingerprint import _fingerprint
     return _fingerprint(torch, t, seed, 16)
 
 
@@ -83,7 +86,7 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
     outputs change layout; an output too large for two rows is fingerprinted in place."""
     import random
 
-    from harness.timing import OutputPrints, _fingerprint
+    from harness.timing.fingerprint import OutputPrints, _fingerprint
     rng = random.Random(3)
     outs = [(torch.randn(1000), torch.randint(0, 5, (7,)), torch.empty(0)) for _ in range(5)]
     outs += [torch.randn(12), torch.randn(12).half(), torch.randn(12).half()]
@@ -207,7 +210,7 @@ def test_the_process_offset_grows_with_each_launch_after_the_first():
     """chain_bias.py: a process's offset on a chain of k kernels grows as k - 1 (each dependent
     launch waits on the front end at the process's own speed), by events and by spans alike."""
     from harness.config import Timing
-    from harness.timing import process_bias_us
+    from harness.timing.stats import process_bias_us
     t = Timing(process_bias_us=0.25, kernel_span_process_bias_us=0.03, process_bias_per_launch_us=0.09)
     assert process_bias_us(t, True, 1) == pytest.approx(0.03)
     assert process_bias_us(t, True, None) == pytest.approx(0.03)  # not counted: one launch
@@ -262,7 +265,7 @@ def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
 
 
 def test_round_state_drops_transient_slowdowns_but_not_the_power_cap():
-    from harness.timing import round_state
+    from harness.timing.monitor import round_state
     base = {"sm": 1980, "mem": 3201, "temp": 40, "power_w": 300.0, "reasons": 0, "power_ns": 0, "thermal_ns": 0}
     at = lambda **kw: {**base, **kw}  # noqa: E731
     ok = round_state(base, at(reasons=0x4, power_ns=2_000_000), 0.75, 1980)  # power-capped: what it costs
@@ -314,7 +317,7 @@ def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
     in which the parent's NVML readings show thermal limiting is re-taken."""
     import random
 
-    import harness.timing as timing
+    import harness.timing.measure as measuring
     snaps = iter(range(10_000))
 
     class Monitor:
@@ -330,14 +333,14 @@ def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
             return {"sm": 1980, "mem": 3201, "temp": 50, "power_w": 400.0, "reasons": 0, "power_ns": 0,
                     "thermal_ns": 1000 if i >= 10 else 0}
 
-    monkeypatch.setattr(timing, "GpuMonitor", Monitor)
+    monkeypatch.setattr(measuring, "GpuMonitor", Monitor)
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
-    m = timing.measure(_FakeTimed(1.0, claimed_mhz=100), _FakeTimed(2.0, claimed_mhz=1980), cfg,
+    m = measuring.measure(_FakeTimed(1.0, claimed_mhz=100), _FakeTimed(2.0, claimed_mhz=1980), cfg,
                        random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert m.retaken == ["candidate: thermal_limited"], m.retaken
     assert m.throttled == 10
     assert len(m.cand.times) == len(m.ref.times) - 10  # the claimed 100 MHz dropped nothing
-    assert timing.gpu_summary(m)["rounds_retaken"] == ["candidate: thermal_limited"]
+    assert measuring.gpu_summary(m)["rounds_retaken"] == ["candidate: thermal_limited"]
     assert "throttled" not in m.flags
 
 
@@ -347,11 +350,11 @@ def test_a_slowdown_that_persists_is_measured_under_and_flagged(monkeypatch):
     the record is flagged throttled."""
     import random
 
-    import harness.timing as timing
+    import harness.timing.measure as measuring
 
-    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor(reasons=0x8))
+    monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor(reasons=0x8))
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
-    m = timing.measure(_FakeTimed(1.0, 1980), _FakeTimed(2.0, 1980), cfg, random.Random(0), cuda=True,
+    m = measuring.measure(_FakeTimed(1.0, 1980), _FakeTimed(2.0, 1980), cfg, random.Random(0), cuda=True,
                        tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert "throttled" in m.flags and len(m.cand.times) >= 20 and len(m.ref.times) >= 20
     assert len(m.retaken) == 2 * 4 + 10
@@ -365,7 +368,7 @@ def test_a_reference_without_a_working_hold_times_both_sides_without_one(monkeyp
     warm-up round, and the record is flagged."""
     import random
 
-    import harness.timing as timing
+    import harness.timing.measure as measuring
 
     class Side(_FakeTimed):
         def __init__(self, ms, has_hold):
@@ -379,18 +382,18 @@ def test_a_reference_without_a_working_hold_times_both_sides_without_one(monkeyp
                 reply.flags = ["launch_hold_unavailable"]
             return reply, wall
 
-    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor())
+    monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor())
     cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10,
                              "timing.compile_baseline": "off"})
     cand, ref = Side(1.0, True), Side(2.0, False)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
     assert "launch_hold_unavailable" in m.flags and m.hold_us == 0.0
     assert cand.holds[0] > 0 and all(h == 0 for h in cand.holds[1:]) and cand.holds == ref.holds
     assert len(m.cand.times) == len(m.ref.times) == 10 * (len(cand.holds) - 2)  # two warm-up rounds out
     # a candidate's own word about its hold changes nothing for the reference
     cand, ref = Side(1.0, False), Side(2.0, True)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
     assert "launch_hold_unavailable" not in m.flags and m.hold_us > 0 and all(h > 0 for h in ref.holds)
 
@@ -429,11 +432,11 @@ def test_a_candidate_that_cannot_be_captured_is_restarted_not_failed(fail, monke
     capture left behind) gets a fresh, eager re-measurement from evaluate(), never a verdict here."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.cuda_graph": True, "timing.min_rounds": 2, "timing.min_calls": 4})
     cand, ref = _GraphFake(1.0, fail=fail), _GraphFake(2.0)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
     assert m.restart_candidate and m.error is None and not m.flags and not m.cand.times
     assert ref.modes == []  # the reference was not asked: the round is void
@@ -442,11 +445,11 @@ def test_a_candidate_that_cannot_be_captured_is_restarted_not_failed(fail, monke
 def test_a_reference_that_cannot_be_captured_turns_graphs_off_for_both_sides(monkeypatch):
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.cuda_graph": True, "timing.min_rounds": 2, "timing.min_calls": 4})
     cand, ref = _FakeTimed(1.0, 1980), _GraphFake(2.0)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
     assert not m.cuda_graph and m.flags == ["cuda_graph_unavailable"] and not m.restart_candidate
     assert ref.modes[0] is True and not any(ref.modes[1:])  # graphs for the first round only
@@ -475,11 +478,11 @@ def test_a_further_pair_starts_under_the_first_pairs_hold_without_a_warm_up_roun
     processes_rounds rounds. With CUDA graphs it still has a warm-up round, whose capture may fail."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.cuda_graph": graph})
     cand, ref = _Commands(1.0), _Commands(2.0)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
                        ref_timeout=5, compiled=False, spans=False, min_rounds=3, hold_us=321.0)
     for w in (cand, ref):
         assert [c.hold_us for c in w.cmds[graph:]] == [321.0] * 3
@@ -494,12 +497,12 @@ def test_min_rounds_counts_kept_rounds_not_those_that_chose_kernel_spans(monkeyp
     (it counted all of them, so such a problem kept two fewer)."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 4,
                              "timing.kernel_span": "auto"})
     cand, ref = _Commands(0.01), _Commands(0.01)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
                        ref_timeout=5)
     assert [c.spans for c in ref.cmds][:3] == [True, False, True]  # warm-up (launch counts), choice, warm-up
     assert len(m.cand.rounds) == len(m.ref.rounds) == 4 and m.rounds == 7
@@ -533,15 +536,15 @@ def test_kernel_spans_are_chosen_by_the_references_gpu_work_not_its_events(span_
     timed by events (#5, H100, session 25)."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 2,
                              "timing.kernel_span": "auto"})
     cand, ref = _Spans(0.08, span_ms), _Spans(0.08, span_ms)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
                        ref_timeout=5)
     assert m.span_basis_ms == span_ms and m.spans is chosen
-    assert timing.span_choice(m, cfg.timing)[0] is chosen
+    assert measuring.span_choice(m, cfg.timing)[0] is chosen
     assert [c.spans for c in ref.cmds][:3] == ([True, False, True] if chosen else [True, False, False])
 
 
@@ -550,13 +553,13 @@ def test_a_process_without_cupti_says_why_in_the_record(monkeypatch):
     record says which process and why, so a run timed by events can be told from one by spans."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
     cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 2})
     cand, ref = _Spans(0.03, 0.024, cupti=False), _Spans(0.03, 0.024)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
                        ref_timeout=5, spans=True, hold_us=300.0)
-    spans, note = timing.span_choice(m, cfg.timing)
+    spans, note = measuring.span_choice(m, cfg.timing)
     assert not spans and "kernel_span_unavailable" in m.flags
     assert note["kernel_span_fallback"] == ("CUPTI's records could not be had "
                                             "(candidate: the canary fill was not listed)")
@@ -606,8 +609,8 @@ def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
     candidate claiming slow launches must not get a longer hold to hide work in."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
 
     def run(hold, cand_launch_ms):
         seen = {"cand": [], "ref": []}
@@ -626,7 +629,7 @@ def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
 
         cfg = load_config(None, {"timing.launch_hold_us": hold, "timing.min_rounds": 2, "timing.min_calls": 4,
                                  "timing.compile_baseline": "off"})
-        m = timing.measure(Rec(1.0, "cand", cand_launch_ms), Rec(2.0, "ref", 0.1), cfg, random.Random(0), cuda=True,
+        m = measuring.measure(Rec(1.0, "cand", cand_launch_ms), Rec(2.0, "ref", 0.1), cfg, random.Random(0), cuda=True,
                            tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
         return seen, m
 
@@ -635,9 +638,9 @@ def test_the_launch_hold_reaches_both_sides_alike(monkeypatch):
     # auto: the shortest hold while the warm-up round measures the reference (0.1 ms to launch a
     # call), then 2 x 100 + 50; the candidate's claimed 4 ms is recorded and ignored
     seen, m = run("auto", 4.0)
-    assert seen["cand"] == seen["ref"] and seen["ref"][0] == timing.WARM_HOLD_US and set(seen["ref"][1:]) == {250.0}
+    assert seen["cand"] == seen["ref"] and seen["ref"][0] == measuring.WARM_HOLD_US and set(seen["ref"][1:]) == {250.0}
     assert m.hold_us == 250.0 and m.cand.launch[0] == 4.0 and m.cand.enqueue[0] == 2.0
-    assert timing.auto_hold_us([40.0], 5000.0) == 5000.0  # capped
+    assert measuring.auto_hold_us([40.0], 5000.0) == 5000.0  # capped
 
 
 def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypatch):
@@ -709,8 +712,8 @@ def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatc
     which runs no solution code; a candidate claiming it cannot put the flag on its own record."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _NoNvml)
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
 
     class Claims(_FakeTimed):
         def __init__(self, ms, flags):
@@ -722,19 +725,19 @@ def test_a_missing_launch_hold_is_flagged_on_the_references_word_only(monkeypatc
             return reply.model_copy(update={"flags": self.flags}), wall
 
     cfg = load_config(None, {"timing.min_rounds": 2, "timing.min_calls": 4, "timing.compile_baseline": "off"})
-    run = lambda c, r: timing.measure(Claims(1.0, c), Claims(2.0, r), cfg, random.Random(0), cuda=True,  # noqa: E731
+    run = lambda c, r: measuring.measure(Claims(1.0, c), Claims(2.0, r), cfg, random.Random(0), cuda=True,  # noqa: E731
                                       tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert "launch_hold_unavailable" in run([], ["launch_hold_unavailable"]).flags
     assert "launch_hold_unavailable" not in run(["launch_hold_unavailable"], []).flags
 
 
-# --- kernel spans (timing.call_work, timing.span_choice) ---------------------------------------
+# --- kernel spans (timing.loop.call_work, timing.measure.span_choice) ---------------------------
 
 HOLD, FLUSH = "harness_hold", "_ZN2at6native13reduce_kernelILi512E"
 
 
 def test_call_work_leaves_out_the_harness_kernels_and_keeps_all_of_the_forward():
-    from harness.timing import call_work, span_of
+    from harness.timing.loop import call_work, span_of
     acts = [
         # call 1: hold, the flush's fill and reduction, then the forward's two kernels and a copy
         (100, 400, HOLD), (398, 399, "<memset>"), (400, 460, FLUSH), (470, 480, "k1"), (482, 490, "k2"),
@@ -780,12 +783,12 @@ def test_the_warm_up_round_counts_each_sides_launches_for_a_problem_timed_by_eve
     timed rounds ask for no records. With the per-launch offset off, nothing is counted."""
     import random
 
-    import harness.timing as timing
-    monkeypatch.setattr(timing, "GpuMonitor", _steady_monitor(reasons=0))
+    import harness.timing.measure as measuring
+    monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor(reasons=0))
     cfg = load_config(None, {"timing.min_rounds": 2, "timing.min_calls": 20, "timing.round_calls": 10,
                              "timing.compile_baseline": "off", "timing.process_bias_per_launch_us": per_launch})
     cand, ref = _LaunchCounting(1.0, 1), _LaunchCounting(2.0, 16)
-    m = timing.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
                        timeout=5, ref_timeout=5)
     assert not m.spans and len(m.cand.times) >= 20
     assert cand.asked[0] is (per_launch > 0) and not any(cand.asked[1:]) and not any(ref.asked[1:])
@@ -793,7 +796,7 @@ def test_the_warm_up_round_counts_each_sides_launches_for_a_problem_timed_by_eve
 
 
 def _span_measurement(cand_events, cand_span, ref_events, ref_span):
-    from harness.timing import Measurement, Side
+    from harness.timing.measure import Measurement, Side
     m = Measurement(spans=True)
     m.cand, m.ref = Side(times=list(cand_events), span=list(cand_span)), Side(times=list(ref_events), span=list(ref_span))
     return m
@@ -801,7 +804,7 @@ def _span_measurement(cand_events, cand_span, ref_events, ref_span):
 
 def test_span_choice_takes_spans_when_the_events_hold_no_more_than_the_reference_s():
     from harness.config import Timing
-    from harness.timing import span_choice
+    from harness.timing.measure import span_choice
     m = _span_measurement([0.0040, 0.0041] * 5, [0.0011] * 10, [0.0045, 0.0044] * 5, [0.0015] * 10)
     use, note = span_choice(m, Timing())
     assert use and "kernel_span_fallback" not in note
@@ -812,7 +815,7 @@ def test_span_choice_falls_back_to_events_on_work_no_record_shows():
     """A candidate whose interval holds GPU time that CUPTI records do not (a host function in the
     stream, say) is timed by its events, as is one with a call that recorded nothing."""
     from harness.config import Timing
-    from harness.timing import span_choice
+    from harness.timing.measure import span_choice
     hidden = _span_measurement([0.0090] * 10, [0.0011] * 10, [0.0045] * 10, [0.0015] * 10)
     use, note = span_choice(hidden, Timing())
     assert not use and "work no record shows" in note["kernel_span_fallback"]
@@ -841,13 +844,13 @@ def test_cpu_children_get_a_history_free_heap(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas (CUDA toolkit) on this machine")
 def test_the_hold_kernel_assembles_and_fits_two_1024_thread_blocks_per_sm(tmp_path):
-    """The hold is PTX the driver loads in each process (timing._hold_kernel): it assembles for
+    """The hold is PTX the driver loads in each process (timing.hold._hold_kernel): it assembles for
     Hopper, its one entry is `harness_hold` (the name _hold_kernel looks up), and it needs no more
     than the 32 registers a thread that 2048 threads per SM leave (65536 per SM)."""
     import re
     import subprocess
 
-    from harness.timing import _HOLD_PTX
+    from harness.timing.hold import _HOLD_PTX
     src = tmp_path / "hold.ptx"
     src.write_text(_HOLD_PTX)
     out = subprocess.run(["ptxas", "-v", "-arch=sm_90", str(src), "-o", str(tmp_path / "hold.cubin")],

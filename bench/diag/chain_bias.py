@@ -31,7 +31,7 @@ CHAINS = (1, 2, 4, 8, 16)
 
 def child() -> None:
     from small_spread import span_child
-    torch, timing, rec, rng = span_child()
+    torch, loop, rec, rng = span_child()
 
     class Runner:
         device, cache = "cuda", {}
@@ -60,8 +60,8 @@ def child() -> None:
     for spans in (False, True):
         for size, n in SIZES.items():
             for k in CHAINS:
-                rep = timing.time_calls(Runner(n, k), [rng.getrandbits(62) for _ in range(200)], warmup=5,
-                                        flush_l2=True, npos=0, hold_us=300.0, spans=spans)
+                rep = loop.time_calls(Runner(n, k), [rng.getrandbits(62) for _ in range(200)], warmup=5,
+                                      flush_l2=True, npos=0, hold_us=300.0, spans=spans)
                 ev = statistics.median(rep["times_ms"]) * 1e3
                 if spans:
                     out[f"{size}x{k} span"] = statistics.median(x for x in rep["span_ms"] if x > 0) * 1e3

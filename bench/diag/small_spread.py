@@ -3,7 +3,7 @@
 0.8% and 1.1%.)
 
 Each of 6 fresh processes times both kernels with the harness's own child-side loop
-(timing.time_calls: hold, read flush, events, fresh inputs per call) for 4 blocks of 50 calls, and
+(timing.loop.time_calls: hold, read flush, events, fresh inputs per call) for 4 blocks of 50 calls, and
 prints every sample. The parent then compares estimators (median, mean, trimmed mean) between
 processes and between blocks of one process: a per-process bias shows as a spread between processes
 larger than between blocks.
@@ -26,7 +26,7 @@ KERNELS = {"relu_64k": (1 << 16, 1), "relu_add_4m": (1 << 22, 2)}
 
 
 def relu_runner(torch, n: int, k: int, spacer=None):
-    """What timing.time_calls needs of a worker's Runner, for relu(x) (k=1) or relu(x + y) (k=2) on n
+    """What timing.loop.time_calls needs of a worker's Runner, for relu(x) (k=1) or relu(x + y) (k=2) on n
     floats; `spacer()`: bytes to allocate (and hold until the next call) before each call's inputs."""
 
     class Runner:
@@ -48,18 +48,20 @@ def relu_runner(torch, n: int, k: int, spacer=None):
 
 
 def span_child():
-    """A child's start for timing by kernel spans: (torch, harness.timing, a CUPTI recorder, an RNG),
-    the timing primitives pinned; exits where CUPTI cannot be had."""
+    """A child's start for timing by kernel spans: (torch, harness.timing.loop, a CUPTI recorder, an
+    RNG), the timing primitives pinned; exits where CUPTI cannot be had."""
     import random
 
     import torch
 
-    from harness import cupti, timing
-    timing.pin(torch)
+    from harness import cupti
+    from harness.timing import loop
+    from harness.timing.hold import pin
+    pin(torch)
     rec, why = cupti.KernelRecorder.open(torch)
     if rec is None:
         raise SystemExit(f"no CUPTI: {why}")
-    return torch, timing, rec, random.Random()
+    return torch, loop, rec, random.Random()
 
 
 def entry(child, main, procs: int) -> None:
@@ -88,8 +90,9 @@ def child() -> None:
 
     import torch
 
-    from harness import timing
-    timing.pin(torch)
+    from harness.timing import loop
+    from harness.timing.hold import pin
+    pin(torch)
     rng = random.Random()
     rotate = "--rotate" in sys.argv
     out = {}
@@ -97,8 +100,8 @@ def child() -> None:
         r = relu_runner(torch, n, k, (lambda: rng.randrange(0, 48 << 20)) if rotate else None)
         blocks = []
         for b in range(4):
-            rep = timing.time_calls(r, [rng.getrandbits(62) for _ in range(50)], warmup=5 if b == 0 else 0,
-                                    flush_l2=True, npos=0, hold_us=300.0)
+            rep = loop.time_calls(r, [rng.getrandbits(62) for _ in range(50)], warmup=5 if b == 0 else 0,
+                                  flush_l2=True, npos=0, hold_us=300.0)
             blocks.append(rep["times_ms"])
         out[name] = blocks
     print(json.dumps(out))
@@ -118,7 +121,7 @@ def forked_runs(procs: int) -> list[dict]:
     import os
 
     import torch  # noqa: F401  (imported once here; CUDA is first touched in each child)
-    from harness import timing  # noqa: F401
+    from harness.timing import loop  # noqa: F401
     runs = []
     for _ in range(procs):
         r, w = os.pipe()

@@ -9,7 +9,7 @@ from ..build import child_env
 from ..isolation import Worker
 from ..records import Command
 from ..reference import ReferenceSession
-from ..timing import warm_up
+from ..timing.measure import warm_up
 from .build import Built
 from .context import Context, answer, ask, wait_load
 

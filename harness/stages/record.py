@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..records import EvalResult, Status
 from ..reference import ReferenceSession
-from ..timing import process_bias_us, ratio_ci, widen_for_process_bias
+from ..timing.stats import process_bias_us, ratio_ci, widen_for_process_bias
 from .context import Context, Failure
 from .timed import Timed, process_medians
 

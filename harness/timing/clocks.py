@@ -1,0 +1,76 @@
+"""The parent's host-clock cross-checks of a measurement (`clock_checks`).
+
+The device times a child reports are held against clocks it cannot reach: each call's host time to
+device-idle, and each round's wall time as the parent saw it. The reference, timed the same way,
+calibrates the harness's own overhead per call.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Optional
+
+from .stats import quantile
+
+if TYPE_CHECKING:
+    from .measure import Measurement, Side
+
+def _calls_by_round(side: Side) -> list:
+    """Pair each kept round with its calls' (host ms, device ms); rounds and samples are appended
+    together (Side.keep), in order."""
+    out, i = [], 0
+    for r in side.rounds:
+        n = r[2]
+        out.append((r, list(zip(side.host[i:i + n], side.times[i:i + n]))))
+        i += n
+    return out
+
+
+def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] = None) -> list[str]:
+    """Reported device times against host clocks. Reference and candidate pay the same harness
+    overhead per call (input generation, flush, fingerprint), so the reference calibrates it.
+
+    Contention on a busy host (compilers running beside the evaluation) only ever adds time, and
+    adds it at random; a cheat's hidden time is there in every call. So both tests compare low
+    quantiles (the quietest calls and rounds), which contention rarely reaches and a cheat always
+    does; a flag is then confirmed by further measurements before it becomes a verdict
+    (hardening.clock_check_confirmations, evaluation.py). `detail`, when
+    given, receives the numbers each test compared (ms per call), for the record of a flagged run."""
+    flags = []
+    if len(m.cand.times) < 2 or len(m.ref.times) < 2:
+        return flags
+    h = cfg.hardening
+    med_c = statistics.median(m.cand.times)
+    # quiet rounds (no wait for a CPU on that side) where there are enough of both; else all rounds,
+    # so a solution cannot escape the checks by keeping its own process contended
+    c_rounds, r_rounds = _calls_by_round(m.cand), _calls_by_round(m.ref)
+    if sum(q for *_, q in m.cand.rounds) >= 5 and sum(q for *_, q in m.ref.rounds) >= 5:
+        c_rounds, r_rounds = [r for r in c_rounds if r[0][3]], [r for r in r_rounds if r[0][3]]
+    cand_pairs = [p for _, pairs in c_rounds for p in pairs]
+    ref_pairs = [p for _, pairs in r_rounds for p in pairs]
+    # per call: host time to device-idle minus device time; side-stream work and work finished by
+    # threads after forward returns show up here, not in the events
+    gap_c = quantile([hh - tt for hh, tt in cand_pairs], 0.25)
+    gap_r = quantile([hh - tt for hh, tt in ref_pairs], 0.25)
+    gap_floor = max(h.gap_abs_ms, h.gap_rel * med_c)
+    if gap_c - gap_r > gap_floor:
+        flags.append("unsynced_stream")
+    if detail is not None:
+        detail.update(gap_cand_ms=round(gap_c, 4), gap_ref_ms=round(gap_r, 4), gap_floor_ms=round(gap_floor, 4))
+    # per round: the parent's own wall clock, which the candidate cannot reach
+    over_c = [(w - t) / n for (w, t, n, _), _ in c_rounds]
+    over_r = [(w - t) / n for (w, t, n, _), _ in r_rounds]
+    if any(t > w for w, t, *_ in m.cand.rounds):
+        flags.append("impossible_timing")
+    elif len(over_c) >= 5:
+        low_c, low_r = min(over_c), min(over_r)
+        unexplained = low_c - low_r
+        # below a quarter of the harness's own per-call overhead, hidden time is not measurable
+        # on the CPU the per-call overhead is host work in two different processes, and on a loaded
+        # host it differs between them by tenths of a millisecond (seen on 2-core CI machines)
+        floor = max(h.wall_abs_ms if cuda else h.cpu_wall_abs_ms, h.wall_rel * med_c, 0.25 * low_r)
+        if unexplained > floor:
+            flags.append("timer_mismatch")
+        if detail is not None:
+            detail.update(wall_over_cand_ms=round(low_c, 4), wall_over_ref_ms=round(low_r, 4),
+                          wall_floor_ms=round(floor, 4), rounds_compared=[len(c_rounds), len(r_rounds)])
+    return flags

@@ -1,0 +1,456 @@
+"""The parent's measurement: reference and candidate timed in alternating rounds.
+
+Reference and candidate alternate in rounds on the same GPU, using the same secret seeds, so clock and
+thermal drift cancel in the ratio; the candidate's process group is stopped while the reference is
+timed. Sampling stops adaptively once the standard error of the mean is under a target for both sides
+(or a budget runs out). Every timed output's fingerprint is compared with the reference's for the same
+seed; rounds the parent's NVML readings show throttled are re-taken. The host-clock cross-checks of the
+result are clocks.py's; the statistics, stats.py's.
+"""
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .fingerprint import fingerprints_match
+from .monitor import POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, round_state, runqueue_wait_ns, steal_jiffies
+from .stats import summarize
+
+
+def reply_spans(reply) -> list[float]:
+    """A time reply's kernel spans, one per call: -1.0 each where it has none (not asked, or CUPTI
+    could not be had)."""
+    n = len(reply.times_ms)
+    return reply.span_ms if len(reply.span_ms) == n else [-1.0] * n
+
+
+@dataclass
+class Side:
+    """One side's kept calls (candidate, or reference) and the rounds they came in."""
+    times: list[float] = field(default_factory=list)    # device ms per call (host ms on the CPU)
+    host: list[float] = field(default_factory=list)     # host ms per whole call (hold, flush, forward, sync)
+    enqueue: list[float] = field(default_factory=list)  # host ms launching the forward alone
+    launch: list[float] = field(default_factory=list)   # host ms from the hold's launch to the forward enqueued
+    leaked: int = 0  # calls whose interval opened before their forward was enqueued
+    span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
+    launches: list[int] = field(default_factory=list)  # the latest round's launches per call (CUPTI), if counted
+    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU)
+    rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
+
+    def keep(self, reply, wall_s: float, quiet: bool) -> None:
+        self.times.extend(reply.times_ms)
+        self.host.extend(reply.host_ms)
+        self.enqueue.extend(reply.enqueue_ms)
+        self.launch.extend(reply.launch_ms)
+        self.leaked += reply.launch_leaked
+        self.span.extend(reply_spans(reply))
+        self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
+
+    def median(self, what: str) -> Optional[float]:
+        xs = getattr(self, what)
+        return round(statistics.median(xs), 4) if xs else None
+
+    def launch_count(self) -> Optional[int]:
+        """The forward's kernels, copies and fills per call (the median call), where counted."""
+        return int(statistics.median_low(self.launches)) if self.launches else None
+
+    def timed(self, spans: bool) -> list[float]:
+        """The samples the statistics are taken of: the kernel spans recorded, or the events."""
+        return [x for x in self.span if x > 0] if spans else self.times
+
+
+@dataclass
+class Measurement:
+    cand: Side = field(default_factory=Side)
+    ref: Side = field(default_factory=Side)
+    compiled: list[float] = field(default_factory=list)
+    compiled_span: list[float] = field(default_factory=list)
+    spans: bool = False  # the timed rounds asked for kernel spans (config.Timing.kernel_span)
+    span_basis_ms: Optional[float] = None  # what kernel_span = "auto" compared with kernel_span_below_ms
+    span_why: Optional[str] = None  # asked for and not had: which process, and why (its own word)
+    hold_us: float = 0.0  # the launch hold of the timed rounds
+    contended_rounds: int = 0
+    restart_candidate: bool = False  # the candidate's capture failed: time it again, fresh and eager
+    mismatched_calls: int = 0
+    rounds: int = 0
+    throttled: int = 0
+    cuda_graph: bool = False
+    l2_reset: bool = False
+    max_clock_mhz: Optional[int] = None
+    clocks_mhz: list[int] = field(default_factory=list)
+    # the parent's NVML readings of the kept rounds (round_state), and why rounds were re-taken
+    gpu_rounds: list[dict] = field(default_factory=list)
+    retaken: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    # CPU path: which host CPUs each side's main thread was found on after its requests, and the
+    # hypervisor's steal per CPU over the measurement (ms), for the record of the host's conditions
+    host_cpus: dict = field(default_factory=dict)
+    host_steal_ms: dict = field(default_factory=dict)
+    error: Optional[str] = None
+    compile_error: Optional[str] = None
+    seconds: float = 0.0
+
+
+# Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
+# own launcher
+WARM_HOLD_US = 1.0
+
+
+def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
+    """The launch hold for both sides: twice the reference's median launch time for one call (its
+    own process, so a candidate cannot size the hold it is timed under: from the hold's launch
+    through the flush's and the forward's) plus 50 us for jitter, at most `cap_us`. A candidate that
+    launches for longer than this has the rest inside its interval, as without a hold; one that
+    launches faster is covered."""
+    med = statistics.median(ref_launch_ms) if ref_launch_ms else 0.0
+    return round(min(cap_us, 2e3 * med + 50.0), 1)
+
+
+def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
+    """Whether a side waited for a CPU for over `frac` of its request's wall (run-queue waits in ns)."""
+    return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
+
+
+def _note_cpu(m: Measurement, side: str, worker, cuda: bool) -> None:
+    """The CPU path's host conditions: the CPU `side`'s main thread was found on after its request
+    (a GPU's sides are pinned)."""
+    cpu = None if cuda else last_cpu(worker)
+    if cpu is not None:
+        seen = m.host_cpus.setdefault(side, {})
+        seen[cpu] = seen.get(cpu, 0) + 1
+
+
+def _candidate_failed(m: Measurement, c_reply, warm: bool) -> bool:
+    """Whether the candidate's reply ends the measurement: its CUDA graph capture failed (it is to be
+    restarted), or its request failed."""
+    if warm and m.cuda_graph and (not c_reply.ok or "cuda_graph_unavailable" in c_reply.flags):
+        # a capture that fails inside CUDA (a launch on the legacy stream, say) leaves torch half
+        # in capture mode in that process (RNG offsets, allocator pool, current stream), and
+        # may surface as an error of this first round: evaluate() times both sides again,
+        # eagerly, with the candidate in a fresh process; an error that persists there is its own
+        m.restart_candidate = True
+        return True
+    if not c_reply.ok:
+        m.error = c_reply.error
+        m.flags.append(c_reply.error_kind or "runtime_error")
+        return True
+    return False
+
+
+def _tally(m: Measurement, c_reply, r_reply, tol) -> None:
+    """A round's launch counts, fingerprint mismatches and the reference's word on its process, taken
+    whether or not its samples are kept."""
+    for side, reply in ((m.cand, c_reply), (m.ref, r_reply)):
+        if reply.span_launches:
+            side.launches = list(reply.span_launches)
+    for cf, rf in zip(c_reply.fingerprints, r_reply.fingerprints):
+        if not fingerprints_match(cf, rf, tol):
+            m.mismatched_calls += 1
+    m.rounds += 1
+    m.l2_reset = bool(r_reply.l2_reset)
+    m.max_clock_mhz = m.max_clock_mhz or r_reply.max_clock_mhz
+
+
+def _hold_dropped(m: Measurement, r_reply) -> bool:
+    """Whether the reference's process reports no working hold while the rounds hold both sides: then
+    the samples so far are dropped and both sides go without, from a new warm-up round."""
+    if "launch_hold_unavailable" in r_reply.flags and "launch_hold_unavailable" not in m.flags:
+        m.flags.append("launch_hold_unavailable")  # the reference's process: its word can be taken
+        if m.hold_us > 0:
+            # a hold on one side only would leave the launching inside the reference's interval
+            # and out of the candidate's: both sides without, from a new warm-up round (the
+            # fingerprints' verdict on the calls made so far stands)
+            m.hold_us = 0.0
+            m.cand, m.ref, m.rounds = Side(), Side(), 0
+            return True
+    return False
+
+
+def _spans_chosen(m: Measurement, t, warm_spans: list[float], r_reply) -> bool:
+    """Whether the rounds from here are timed by kernel spans (config.Timing.kernel_span), decided
+    after the first warm-up round.
+
+    A short problem is timed by kernel spans from here, after one more warm-up round, since CUPTI's
+    first records in a process (its buffers; the hold resized for launches with CUPTI on) are not
+    those of a steady call; this round's go. "Short" is the reference's GPU work, as the warm-up
+    round's CUPTI records (launch counts) give it, else this first round under the full hold's
+    events. Events also hold whatever launching outlasted the hold: a 24 us kernel timed by events
+    read 2.7 us more than by spans, in the run with the most leaked launches."""
+    m.span_basis_ms = statistics.median(warm_spans or r_reply.times_ms)
+    if t.kernel_span == "on" or (t.kernel_span == "auto" and m.span_basis_ms < t.kernel_span_below_ms):
+        m.spans = True
+        return True
+    return False
+
+
+def _drop_unavailable_spans(m: Measurement, c_reply, r_reply) -> None:
+    """Kernel spans off for both sides where either process could not record them."""
+    if m.spans and any("kernel_span_unavailable" in r.flags for r in (c_reply, r_reply)):
+        m.spans = False  # both sides or neither; the events of the calls so far stand
+        m.flags.append("kernel_span_unavailable")
+        m.span_why = "; ".join(f"{name}: {r.span_why or 'CUPTI could not be had'}"[:200]
+                               for name, r in (("candidate", c_reply), ("reference", r_reply))
+                               if "kernel_span_unavailable" in r.flags)
+
+
+def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply) -> tuple[dict, dict]:
+    """Each side's round_state from the parent's NVML snapshots (before the candidate, after it, after
+    the reference); a `slow` side's samples are re-taken by the next rounds."""
+    s0, s1, s2 = snaps
+    st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
+    st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
+    for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
+        if st["slow"] and len(m.retaken) >= 2 * t.min_rounds + 10:
+            # a slowdown that persists is the machine's state, not an accident of one round:
+            # measure under it, flagged, rather than never finish
+            st["slow"] = False
+            if "throttled" not in m.flags:
+                m.flags.append("throttled")
+        if st["slow"]:  # re-taken by the next rounds
+            m.throttled += len(reply.times_ms)
+            m.retaken.append(f"{side}: {', '.join(st['why'])}")
+        elif st.get("sm") is not None:
+            m.gpu_rounds.append(st)
+    return st_c, st_r
+
+
+def _enough(m: Measurement, t, min_calls: int, rounds_done: bool, over_budget: bool) -> bool:
+    """Whether sampling stops: enough calls kept, in enough kept rounds (`rounds_done`), and both
+    sides stable, or the calls or the budget spent."""
+    c_t, r_t = m.cand.timed(m.spans), m.ref.timed(m.spans)
+    n = min(len(c_t), len(r_t))
+    if n >= min_calls and rounds_done:
+        stable = summarize(c_t).rel_sem < t.target_rel_sem and summarize(r_t).rel_sem < t.target_rel_sem
+        return stable or n >= t.max_calls or over_budget
+    return False
+
+
+def _steal_since(steal0: dict[int, int]) -> dict[int, float]:
+    """The hypervisor's steal per CPU (ms) since `steal0` (steal_jiffies)."""
+    tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+    return {c: round((v - steal0.get(c, v)) * tick_ms, 1) for c, v in steal_jiffies().items()}
+
+
+def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
+            ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
+            min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
+            hold_us: Optional[float] = None) -> Measurement:
+    """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
+    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
+    `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
+    A side's further process pair (processes_for) passes what its first pair settled: `compiled`
+    False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without
+    the rounds that decide it; whether they are reported is decided on the pooled calls), and its own
+    `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
+    buy is their offsets averaged, not more calls; and the first pair's `hold_us`, which also skips
+    the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured."""
+    # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
+    # steps that need none of them are the helpers above.
+    from ..records import Command
+    t = cfg.timing
+    m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
+    min_rounds = t.min_rounds if min_rounds is None else min_rounds
+    budget_s = t.budget_s if budget_s is None else budget_s
+    mon = GpuMonitor(gpu) if cuda else None
+    snap = mon.snapshot if mon is not None else (lambda: None)
+    # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
+    rq = runqueue_wait_ns if cuda else (lambda w: None)
+    steal0 = {} if cuda else steal_jiffies()
+    t_start = time.perf_counter()
+    round_calls = max(2, t.round_calls)
+    min_calls = t.min_calls if cuda else t.cpu_min_calls
+    with_compiled = compiled and (t.compile_baseline == "on" or (t.compile_baseline == "auto" and cuda))
+    warm = True
+    no_hold = False  # the reference's process has no working hold: neither side gets one
+    span_decided = t.kernel_span == "off" or spans is not None
+    # the warm-up round, whose samples are not kept, also counts each side's launches per call
+    # from CUPTI's records (process_bias_us), where spans will not
+    count_launches = cuda and t.process_bias_per_launch_us > 0
+    # "auto": the warm-up round runs the shortest hold and measures how long the reference takes to
+    # launch a call; every later round holds both sides for twice that, plus a margin
+    m.hold_us = 0.0 if not cuda else (WARM_HOLD_US if t.launch_hold_us == "auto" else float(t.launch_hold_us))
+    unkept = 0  # rounds whose samples were not kept: warm-up rounds, the one that chose kernel spans
+    warm_spans: list[float] = []  # the reference's kernel spans in the warm-up round, where recorded
+    if hold_us is not None:
+        m.hold_us = hold_us
+        if not m.cuda_graph:
+            warm = False
+            m.max_clock_mhz = mon.max_sm if mon is not None else None
+    while True:
+        seeds = [rng.getrandbits(62) for _ in range(round_calls)]
+        cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
+                      hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
+        s0, q0 = snap(), rq(cand)
+        c_reply, c_wall = cand.request(cmd, timeout)
+        _note_cpu(m, "candidate", cand, cuda)
+        s1, q1 = snap(), rq(cand)
+        if _candidate_failed(m, c_reply, warm):
+            break
+        cand.pause()  # nothing of the candidate's runs while the reference is timed
+        try:
+            p0 = rq(ref)
+            r_reply, r_wall = ref.request(cmd, ref_timeout)
+            _note_cpu(m, "reference", ref, cuda)
+            s2, p1 = snap(), rq(ref)
+            if with_compiled:
+                k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
+                                         ref_timeout + (600 if warm else 0))
+                if not k_reply.ok:
+                    m.compile_error, with_compiled = k_reply.error, False
+                    if ref.returncode is not None:
+                        raise RuntimeError(f"reference died in torch.compile: {k_reply.error}")
+        finally:
+            cand.resume()
+        if not r_reply.ok:
+            raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+        if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
+            m.cuda_graph = False  # both sides or neither: a fair comparison first
+            m.flags.append("cuda_graph_unavailable")
+            continue  # the warm-up round again, eagerly
+        if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
+            m.flags.append("malformed_report")
+            break
+        _tally(m, c_reply, r_reply, tol)
+        unkept += 1  # until the round is kept, below
+        if _hold_dropped(m, r_reply):
+            warm, no_hold, unkept = True, True, 0
+            continue
+        if warm:  # the first round's wall includes warm-up and captures; keep its samples out
+            warm = False
+            if not span_decided:
+                warm_spans = [x for x in reply_spans(r_reply) if x > 0]
+            if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
+                m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
+                                         t.launch_hold_max_us)
+            m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
+            continue
+        if cuda and not span_decided:
+            span_decided = True
+            if _spans_chosen(m, t, warm_spans, r_reply):
+                warm = True  # one more warm-up round, with CUPTI recording
+                continue
+        _drop_unavailable_spans(m, c_reply, r_reply)
+        st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
+        # A round in which a side waited for a CPU keeps its samples (dropping them would let a
+        # solution pick its own rounds by making them contended) but is marked, and the host-clock
+        # checks look at quiet rounds where there are enough: contention on one side looks like
+        # hidden time on that side.
+        quiet_c = not _contended(q0, q1, c_wall, t.max_runqueue_frac)
+        quiet_r = not _contended(p0, p1, r_wall, t.max_runqueue_frac)
+        m.contended_rounds += (not quiet_c) + (not quiet_r)
+        if not st_c["slow"]:
+            m.cand.keep(c_reply, c_wall, quiet_c)
+        if not st_r["slow"]:
+            m.ref.keep(r_reply, r_wall, quiet_r)
+            m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
+        if with_compiled and k_reply.ok:
+            m.compiled += k_reply.times_ms
+            m.compiled_span += reply_spans(k_reply)
+        unkept -= 1
+        if _enough(m, t, min_calls, m.rounds - unkept >= min_rounds, time.perf_counter() - t_start > budget_s):
+            break
+        if m.rounds > 4 * (t.max_calls // round_calls + min_rounds) + 8:
+            m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
+            break
+    m.seconds = time.perf_counter() - t_start
+    if steal0:
+        m.host_steal_ms = _steal_since(steal0)
+    return m
+
+
+def warm_up(t, rng: random.Random, spans: Optional[bool] = None):
+    """The command for a process's first timing request (a further process's, and on a GPU the first
+    reference's and candidate's), sent outside the timing phase, its samples discarded: what a
+    process pays once (CUPTI's start, NVML, the flush buffer) made a fresh reference's first
+    measurement 0.9-1.2 s longer than later ones on an H100. No hold:
+    a request with one re-checks a hold that failed its check at pin() beside other processes' work,
+    and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
+    evaluations' phases, that check failed and left an identical solution timed without a hold."""
+    from ..records import Command
+    if spans is None:  # a process's first request, before any pair settled spans: CUPTI started unless off
+        spans = t.kernel_span != "off"
+    return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,
+                   flush_method=t.flush_method, hold_us=0.0, spans=spans)
+
+
+def pooled(ms: list[Measurement]) -> Measurement:
+    """Measurements of several process pairs (processes_for) as one: every kept call of each side,
+    in order, each measurement having passed its own clock and fingerprint checks. The launch hold,
+    clock maximum and L2 reset are the first's; the torch.compile baseline is timed in the first only."""
+    if len(ms) == 1:
+        return ms[0]
+    first = ms[0]
+    out = Measurement(compiled=list(first.compiled), compiled_span=list(first.compiled_span), spans=first.spans,
+                      hold_us=first.hold_us, cuda_graph=first.cuda_graph, l2_reset=first.l2_reset,
+                      max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error,
+                      span_basis_ms=first.span_basis_ms)
+    for m in ms:
+        for mine, theirs in ((out.cand, m.cand), (out.ref, m.ref)):
+            for f in ("times", "host", "enqueue", "launch", "span", "rounds"):
+                getattr(mine, f).extend(getattr(theirs, f))
+            mine.leaked += theirs.leaked
+            mine.launches = mine.launches or list(theirs.launches)
+        for f in ("contended_rounds", "mismatched_calls", "rounds", "throttled"):
+            setattr(out, f, getattr(out, f) + getattr(m, f))
+        out.seconds += m.seconds
+        out.spans = out.spans and m.spans
+        out.span_why = out.span_why or m.span_why
+        out.clocks_mhz += m.clocks_mhz
+        out.gpu_rounds += m.gpu_rounds
+        out.retaken += m.retaken
+        out.flags += [f for f in m.flags if f not in out.flags]
+        for k, v in m.host_steal_ms.items():
+            out.host_steal_ms[k] = round(out.host_steal_ms.get(k, 0.0) + v, 1)
+        for side, seen in m.host_cpus.items():
+            mine = out.host_cpus.setdefault(side, {})
+            for c, n in seen.items():
+                mine[c] = mine.get(c, 0) + n
+    return out
+
+
+def span_choice(m: Measurement, t) -> tuple[bool, dict]:
+    """Whether the record reports kernel spans (config.Timing.kernel_span), and what that rests on."""
+    if not m.spans:
+        # asked for and not had: CUPTI could not be opened in one of the two processes
+        why = f" ({m.span_why})" if m.span_why else ""
+        return False, ({"kernel_span_fallback": f"CUPTI's records could not be had{why}"}
+                       if "kernel_span_unavailable" in m.flags else {})
+    note: dict = {}
+    for name, side in (("candidate", m.cand), ("reference", m.ref)):
+        if len(side.span) != len(side.times) or len(side.times) < 2 or any(x <= 0 for x in side.span):
+            note["kernel_span_fallback"] = f"{name}: calls with no GPU work recorded by CUPTI"
+            return False, note
+    gap = {name: statistics.median(e - s for e, s in zip(side.times, side.span))
+           for name, side in (("candidate", m.cand), ("reference", m.ref))}
+    note["events_minus_span_us"] = {k: round(v * 1e3, 3) for k, v in gap.items()}
+    allowed = max(t.kernel_span_slack_us / 1e3, t.kernel_span_slack_rel * statistics.median(m.ref.times))
+    if gap["candidate"] > gap["reference"] + allowed:
+        note["kernel_span_fallback"] = (f"the candidate's events exceed its recorded GPU work by "
+                                        f"{(gap['candidate'] - gap['reference']) * 1e3:.2f} us more than the "
+                                        f"reference's do (allowed {allowed * 1e3:.2f}): work no record shows")
+        return False, note
+    return True, note
+
+
+def gpu_summary(m: Measurement) -> dict:
+    """The GPU's state over the kept rounds, from the parent's readings, for the record."""
+    g = m.gpu_rounds
+    if not g:
+        return {}
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+    vals = lambda k: [r[k] for r in g if r.get(k) is not None]  # noqa: E731
+    temps = vals("temp")
+    seen = 0
+    for r in g:
+        seen |= r.get("reasons") or 0
+    return {"sm_clock_mhz_after_rounds": med(vals("sm")), "mem_clock_mhz": med(vals("mem")),
+            "temperature_c": [min(temps), max(temps)] if temps else None,
+            "power_w_max": round(max(vals("power_w")), 1) if vals("power_w") else None,
+            "power_capped_ms": round(sum(vals("power_cap_ns")) / 1e6, 3),
+            "thermal_limited_ms": round(sum(vals("thermal_ns")) / 1e6, 3),
+            "clock_event_reasons": [n for b, n in {POWER_CAP: "sw_power_cap", **SLOWDOWNS}.items() if seen & b],
+            "rounds_retaken": m.retaken[:10]}
