@@ -42,7 +42,7 @@ from .config import Config
 from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
                        LocalExecutor, problem_key, sessions_per_slot)
 from .problems import DEFAULT_ROOTS, Problem, discover, find_problem
-from .records import EvalResult
+from .records.result import EvalResult
 
 SOLUTION_SUFFIXES = {".py", ".md", ".txt"}
 KB_SOLUTION = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel$")

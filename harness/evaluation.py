@@ -29,7 +29,8 @@ from .config import Config, Tolerance, load_config
 from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .kernels import ran as kernels_ran
 from .problems import Problem, find_problem
-from .records import Command, CompileReply, EvalResult, PhaseTimes, Status
+from .records.messages import Command, CompileReply
+from .records.result import EvalResult, PhaseTimes, Status
 from .reference import ReferenceError, ReferenceSession
 from .sharing import DeviceGate, SoloGate
 from .solutions import load_solution

@@ -35,7 +35,8 @@ from .config import Config
 from .cpus import Lender
 from .isolation import Standby, close_all
 from .problems import Problem
-from .records import CompileReply, EvalResult, Status
+from .records.messages import CompileReply
+from .records.result import EvalResult, Status
 from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from .cpus import restrict
 from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
-from .records import Command, Reply
+from .records.messages import Command, Reply
 
 MAX_LINE_BYTES = 64 << 20
 MAX_BLOB_BYTES = 16 << 30

@@ -14,7 +14,7 @@ from .config import Config, Tolerance
 from .correctness import compare_tensors
 from .evaluation import tolerance_for
 from .problems import Problem
-from .records import Command
+from .records.messages import Command
 from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta
 
 

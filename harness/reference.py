@@ -17,7 +17,8 @@ from .build import child_env
 from .config import Config
 from .isolation import Standby, Worker
 from .problems import Problem
-from .records import Command, EnvInfo
+from .records.messages import Command
+from .records.result import EnvInfo
 
 if TYPE_CHECKING:
     from .correctness import TrialData

@@ -636,7 +636,7 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
 
 
 def summarize(samples: list[float]):
-    from .records import Stats
+    from .records.result import Stats
     n = len(samples)
     mean = statistics.fmean(samples)
     std = statistics.stdev(samples) if n > 1 else 0.0
@@ -880,7 +880,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
     buy is their offsets averaged, not more calls; and the first pair's `hold_us`, which also skips
     the warm-up round (its processes had theirs, timing.warm_up) unless CUDA graphs are captured."""
-    from .records import Command
+    from .records.messages import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
     min_rounds = t.min_rounds if min_rounds is None else min_rounds
@@ -1061,7 +1061,7 @@ def warm_up(t, rng: random.Random, spans: Optional[bool] = None):
     a request with one re-checks a hold that failed its check at pin() beside other processes' work,
     and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
     evaluations' phases, that check failed and left an identical solution timed without a hold."""
-    from .records import Command
+    from .records.messages import Command
     if spans is None:  # a process's first request, before any pair settled spans: CUPTI started unless off
         spans = t.kernel_span != "off"
     return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,

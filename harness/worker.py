@@ -95,7 +95,7 @@ def run_compile(setup: dict, rep_fd: int) -> None:
     import torch
     import torch.utils.cpp_extension as cpp
 
-    from .records import CompileReply
+    from .records.messages import CompileReply
     from .kernels import kernel_names
 
     t0 = time.perf_counter()
@@ -487,7 +487,7 @@ def _out_meta(torch, obj) -> list[dict]:
 
 
 def serve(setup: dict, cmd_in, rep_fd: int) -> None:
-    from .records import Command, Reply
+    from .records.messages import Command, Reply
 
     try:
         runner = Runner(setup)
@@ -564,7 +564,8 @@ def preload_imports(fork_safe: bool = False) -> None:
     forked child could not use it then."""
     import torch
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    from . import problems, records, timing  # noqa: F401
+    from . import problems, timing  # noqa: F401
+    from .records import messages, result  # noqa: F401
     if not fork_safe:
         import torch.utils.cpp_extension  # noqa: F401
         return
@@ -583,7 +584,7 @@ def preload_imports(fork_safe: bool = False) -> None:
 def _preload(rep_fd: int) -> None:
     import torch
 
-    from .records import Reply
+    from .records.messages import Reply
     preload_imports()
     _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
@@ -607,7 +608,7 @@ def _prime(rep_fd: int, device: str) -> None:
     also takes standbys, only ever reads what pin() keeps."""
     import torch
 
-    from .records import Reply
+    from .records.messages import Reply
     from .timing import is_pinned, pin, pinned
     if device == "cuda":
         torch.cuda.init()

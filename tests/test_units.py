@@ -326,7 +326,7 @@ class _FakeTimed:
         self.ms, self.claimed, self.returncode = ms, claimed_mhz, None
 
     def request(self, cmd, timeout):
-        from harness.records import Reply
+        from harness.records.messages import Reply
         n = len(cmd.seeds)
         return Reply(op="time", ok=True, times_ms=[self.ms] * n, host_ms=[self.ms + 0.05] * n,
                      fingerprints=[[] for _ in range(n)], clocks_mhz=[self.claimed] * n,
@@ -434,7 +434,7 @@ class _GraphFake(_FakeTimed):
         self.fail, self.modes = fail, []
 
     def request(self, cmd, timeout):
-        from harness.records import Reply
+        from harness.records.messages import Reply
         self.modes.append(cmd.cuda_graph)
         if cmd.cuda_graph:
             if self.fail:
@@ -675,7 +675,7 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
     and a second build returns it without starting a compiler. A failure that says nothing about
     the source (the compiler killed) is not remembered."""
     import harness.build as build
-    from harness.records import CompileReply
+    from harness.records.messages import CompileReply
     src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
     ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
     first, failure, log = build.compile_solution(src, ext, "cpu", 300)

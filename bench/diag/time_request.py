@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--callers", action="store_true", help="also the cumulative profile and who takes stacks")
     args = ap.parse_args()
     from harness.config import load_config
-    from harness.records import Command, Reply
+    from harness.records.messages import Command, Reply
     from harness.worker import Runner
 
     cfg = load_config(None, {"device": "cuda"})
