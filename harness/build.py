@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from .cpus import Lender
-from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
+from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 from .records.messages import CompileReply
 
 

@@ -178,7 +178,7 @@ class Batch(_Section):
     # done while earlier solutions run), taking 1-3 s per solution off the device's critical path;
     # 0: off. A CPU slot keeps at most one (it would compete with the evaluation for cores).
     standby_workers: int = Field(2, ge=0)
-    # a GPU slot's standbys also make their CUDA context and build the launch hold (worker._prime:
+    # a GPU slot's standbys also make their CUDA context and build the launch hold (child._prime:
     # 0.7 s of each candidate's load on an H200 machine), in the slot's untimed phases
     prime_standbys: bool = True
     # standbys are forked from one process per slot that imported torch once (forkserver.py), in

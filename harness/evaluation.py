@@ -26,7 +26,8 @@ from typing import Optional, Union
 from . import __version__, cpus
 from .build import child_env, compile_solution, extensions_dir, source_file
 from .config import Config, Tolerance, load_config
-from .isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from .process.standby import Standby
+from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from .kernels import ran as kernels_ran
 from .problems import Problem, find_problem
 from .records.messages import Command, CompileReply
@@ -144,7 +145,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         return time.perf_counter() - gate.waited
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
-        from .worker import set_dumpable
+        from .process.child import set_dumpable
         set_dumpable(False)
     phases = PhaseTimes()
     prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
@@ -614,7 +615,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
                   cfg: Config, gate: DeviceGate) -> None:
     """On a GPU: did a kernel the solution defines run? One forward with CUPTI's kernel records on,
     in the candidate's process after its timing, never before: CUPTI slows every later launch in its
-    process (see worker.Runner.kernels).
+    process (see child.Runner.kernels).
 
     Readying CUPTI (the `profiler` op) takes milliseconds when it is called directly (cupti.py); where
     only torch.profiler can list, its start-up takes seconds of host work and runs no solution code,
@@ -641,7 +642,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
 
 def _quiet(ref: Worker, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:
     """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
-    work they had queued (worker.Runner.quiet, in the reference's process). Not quiet within
+    work they had queued (child.Runner.quiet, in the reference's process). Not quiet within
     `quiet_max_s` (a neighbour's background thread keeps launching, say): timed anyway, flagged."""
     b = cfg.batch
     reply, _ = ref.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .build import child_env
 from .config import Config
-from .isolation import Standby, Worker
+from .process.standby import Standby
+from .process.worker import Worker
 from .problems import Problem
 from .records.messages import Command
 from .records.result import EnvInfo

@@ -872,7 +872,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
             hold_us: Optional[float] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
-    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
+    are stable or the budget is spent. `cand` and `ref` are process.worker.Worker objects with built models;
     `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
     A side's further process pair (processes_for) passes what its first pair settled: `compiled`
     False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without

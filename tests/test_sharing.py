@@ -182,7 +182,7 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
     """A neighbour's timing stops a worker mid-request: the request's timeout counts only the time
     it ran. Real process: a forward that never returns, 1 s of timeout, stopped for 1.5 s of it."""
     from harness.build import child_env
-    from harness.isolation import Worker, WorkerTimeout
+    from harness.process.worker import Worker, WorkerTimeout
     from harness.problems import find_problem
     from harness.records.messages import Command
     exp = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
@@ -655,7 +655,7 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
 
 
 def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming():
-    """Priming a standby (isolation.Standby) runs GPU work inside a shared phase: on a GPU slot the
+    """Priming a standby (process.standby.Standby) runs GPU work inside a shared phase: on a GPU slot the
     gate must be a real one, even with one evaluation at a time, or priming could overlap timing."""
     from harness.executor import DeviceSlot, SlotRuntime
     from harness.sharing import SoloGate

@@ -55,15 +55,16 @@ def main() -> None:
     args = ap.parse_args()
     import throughput as tp
 
-    from harness import evaluation, forkserver, isolation, reference
+    from harness import evaluation, reference
+    from harness.process import forkserver, standby, worker
     from harness.batch import run_batch
     from harness.config import load_config
 
     wid = lambda w: getattr(getattr(w, "proc", None), "pid", id(w))  # noqa: E731
     wrap(forkserver.ForkServer, "ready", lambda a, k: "fork server ready()", once=True)
-    wrap(isolation.Worker, "ready", lambda a, k: f"worker {wid(a[0])} ready()", once=True)
-    wrap(isolation.Worker, "prime", lambda a, k: f"worker {wid(a[0])} prime()")
-    wrap(isolation.Standby, "take", lambda a, k: f"take for {a[1].get('role')} {Path(a[1].get('solution_path') or '').name}")
+    wrap(worker.Worker, "ready", lambda a, k: f"worker {wid(a[0])} ready()", once=True)
+    wrap(worker.Worker, "prime", lambda a, k: f"worker {wid(a[0])} prime()")
+    wrap(standby.Standby, "take", lambda a, k: f"take for {a[1].get('role')} {Path(a[1].get('solution_path') or '').name}")
     wrap(reference.ReferenceSession, "start", lambda a, k: f"reference {a[0].problem.name} start()")
     wrap(evaluation, "evaluate", lambda a, k: f"evaluate {Path(str(a[0])).name}")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.build import child_env  # noqa: E402
-from harness.forkserver import ForkServer  # noqa: E402
-from harness.isolation import Worker  # noqa: E402
+from harness.process.forkserver import ForkServer  # noqa: E402
+from harness.process.worker import Worker  # noqa: E402
 
 
 def children_cpu() -> float:

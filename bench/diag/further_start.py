@@ -39,13 +39,14 @@ def main() -> None:
                     help="a further warm run with this setting as well (e.g. concurrent_evaluations=1)")
     args = ap.parse_args()
     import throughput
-    from harness import batch, isolation
+    from harness import batch
+    from harness.process import standby, worker
     from harness.config import load_config
 
     lock = threading.Lock()
     procs: dict[int, dict] = {}  # id(worker) -> its events
 
-    real_take, real_wait = isolation.Standby.take, isolation.Worker.wait_reply
+    real_take, real_wait = standby.Standby.take, worker.Worker.wait_reply
 
     def take(self, setup, env, timeout, on_worker=None):
         t0 = time.perf_counter()
@@ -63,13 +64,13 @@ def main() -> None:
         if e is not None and op not in e:
             e[op] = time.perf_counter() - e["t0"]
             e[f"stopped_{op}"] = self.stopped_for()
-            if op == "load":  # the child's own steps (worker.Runner), and when it began them
+            if op == "load":  # the child's own steps (child.Runner), and when it began them
                 n = dict(reply.notes)
                 n["began"] = f"{float(n.get('began', 'nan')) - (time.time() - time.perf_counter() + e['t0']):.2f}"
                 e["steps"] = " ".join(f"{k[:-2] if k.endswith('_s') else k}={v}" for k, v in n.items())
         return reply
 
-    isolation.Standby.take, isolation.Worker.wait_reply = take, wait_reply
+    standby.Standby.take, worker.Worker.wait_reply = take, wait_reply
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -47,7 +47,7 @@ def child(way: str) -> None:
     import torch.profiler  # noqa: F401
 
     from harness import timing
-    from harness.worker import preload_imports
+    from harness.process.child import preload_imports
     preload_imports()
     if way == "triton":
         import triton.language  # noqa: F401  (the standby preloaded it until session 26)

@@ -60,7 +60,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
-    from harness import evaluation, isolation, timing
+    from harness import evaluation, timing
+    from harness.process import worker
     from harness.config import load_config
     from harness.problems import find_problem
     from harness.reference import ReferenceSession
@@ -78,9 +79,9 @@ def main() -> None:
             c.t["time: calls' host ms"] += sum(reply.host_ms) / 1e3
             c.n["time: calls' host ms"] += len(reply.host_ms)
 
-    clk.wrap(isolation.Worker, "request", "request (all ops)", on_request)
-    clk.wrap(isolation.Worker, "pause", "candidate pause")
-    clk.wrap(isolation.Worker, "resume", "candidate resume")
+    clk.wrap(worker.Worker, "request", "request (all ops)", on_request)
+    clk.wrap(worker.Worker, "pause", "candidate pause")
+    clk.wrap(worker.Worker, "resume", "candidate resume")
     clk.wrap(timing.GpuMonitor, "snapshot", "NVML snapshot")
     clk.wrap(timing, "measure", "measure()")
     evaluation.measure = timing.measure

@@ -1,4 +1,5 @@
-"""The child side: runs in a fresh interpreter (`python -m harness.worker`), one role per process.
+"""The child side: runs in a fresh interpreter (`python -m harness.process.child`), one role per
+process.
 
 - `compile`: executes the solution module once so its `load_inline` calls build into the
   content-addressed extension directory; reports build errors with the compiler's own lines.
@@ -59,7 +60,7 @@ def _frames(e: BaseException, filename_hint: str) -> str:
 def fingerprint(device: str) -> dict[str, Any]:
     import torch
 
-    from . import __version__
+    from .. import __version__
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),
         "harness": __version__, "hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
@@ -73,7 +74,7 @@ def fingerprint(device: str) -> dict[str, Any]:
 
 
 def _nvml_state() -> dict[str, Any]:
-    from .timing import GpuMonitor
+    from ..timing import GpuMonitor
     mon = GpuMonitor()
     snap = mon.snapshot()
     if snap is None:
@@ -95,8 +96,8 @@ def run_compile(setup: dict, rep_fd: int) -> None:
     import torch
     import torch.utils.cpp_extension as cpp
 
-    from .records.messages import CompileReply
-    from .kernels import kernel_names
+    from ..records.messages import CompileReply
+    from ..kernels import kernel_names
 
     t0 = time.perf_counter()
     built: list[str] = []
@@ -144,7 +145,7 @@ def run_compile(setup: dict, rep_fd: int) -> None:
                                    seconds=time.perf_counter() - t0))
         return
     try:
-        from .problems import import_file
+        from ..problems import import_file
         import_file(path, "solution_module")
     except BaseException as e:  # noqa: BLE001 - anything the module raises is the solution's
         category = failure.get("category", "import_error")
@@ -177,7 +178,7 @@ class Runner:
     def __init__(self, setup: dict):
         import torch
 
-        from .problems import apply_sizes, import_file, meta
+        from ..problems import apply_sizes, import_file, meta
 
         self.torch = torch
         self.setup = setup
@@ -207,7 +208,7 @@ class Runner:
         # seconds of each step of a candidate's load, and when it began (epoch), for the load reply
         self.steps: dict[str, str] = {"began": f"{time.time():.3f}"}
         if self.role == "candidate":
-            from .timing import is_pinned, pin
+            from ..timing import is_pinned, pin
             t0 = time.perf_counter()
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
                 pin(torch)
@@ -237,7 +238,7 @@ class Runner:
     # -- inputs ----------------------------------------------------------------------------------
     def make_inputs(self, seed: int, shape: Optional[dict] = None) -> list:
         torch = self.torch
-        from .problems import apply_sizes
+        from ..problems import apply_sizes
         apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
         with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
             # the generators get_inputs draws from: the CPU's and this GPU's (torch.manual_seed also
@@ -261,7 +262,7 @@ class Runner:
     # -- commands --------------------------------------------------------------------------------
     def build(self, init_seed: int) -> None:
         torch = self.torch
-        from .problems import apply_sizes
+        from ..problems import apply_sizes
         if self.cls is None:
             raise InterfaceError("solution defines no class ModelNew" if self.role == "candidate"
                                  else "problem defines no class Model")
@@ -300,11 +301,11 @@ class Runner:
         """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions)."""
-        from . import payload
+        from .. import payload
         torch = self.torch
         blobs = []
         seen: dict = {}
-        from .timing import pinned
+        from ..timing import pinned
         clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
@@ -332,7 +333,7 @@ class Runner:
 
     def lint(self, cmd) -> dict:
         """The problem linter's runs, judged here on the device (the problem is trusted code)."""
-        from .lint import analyse
+        from ..lint import analyse
         torch = self.torch
         outs = []
         params = 0
@@ -352,7 +353,7 @@ class Runner:
         # timing is over: hand back the NaN-filled block (_poison) and the rest of the cache, since
         # the slot starts another evaluation beside this one meanwhile (gate.background)
         self.torch.cuda.empty_cache()
-        from .cupti import KernelRecorder
+        from ..cupti import KernelRecorder
         why = ""
         # one recorder per process, perhaps opened already for timing's spans or launch counts; the
         # profiler when asked for by name (correctness.kernel_list), whatever timing opened
@@ -399,17 +400,17 @@ class Runner:
         """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""
         if self.recorder is None and self.span_why is None:
-            from .cupti import KernelRecorder
+            from ..cupti import KernelRecorder
             self.recorder, self.span_why = KernelRecorder.open(self.torch)
         return self.recorder
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
         """The parent asks the reference's process (the problem's code, not a solution's)."""
-        from .timing import quiet_gpu
+        from ..timing import quiet_gpu
         return quiet_gpu(self.torch, probe_us, probes, max_s)
 
     def time(self, cmd) -> dict:
-        from .timing import time_calls
+        from ..timing import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           hold_us=cmd.hold_us, spans=cmd.spans,
                           variant=cmd.variant, graph=cmd.cuda_graph)
@@ -467,7 +468,7 @@ def _to_cpu(torch, obj):
 
 
 def _same_inputs(torch, a: list, b: list) -> bool:
-    from .timing import pinned
+    from ..timing import pinned
     equal = pinned("equal", torch.equal)
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor) and not equal(x, y):
@@ -487,7 +488,7 @@ def _out_meta(torch, obj) -> list[dict]:
 
 
 def serve(setup: dict, cmd_in, rep_fd: int) -> None:
-    from .records.messages import Command, Reply
+    from ..records.messages import Command, Reply
 
     try:
         runner = Runner(setup)
@@ -564,8 +565,8 @@ def preload_imports(fork_safe: bool = False) -> None:
     forked child could not use it then."""
     import torch
     import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    from . import problems, timing  # noqa: F401
-    from .records import messages, result  # noqa: F401
+    from .. import problems, timing  # noqa: F401
+    from ..records import messages, result  # noqa: F401
     if not fork_safe:
         import torch.utils.cpp_extension  # noqa: F401
         return
@@ -584,7 +585,7 @@ def preload_imports(fork_safe: bool = False) -> None:
 def _preload(rep_fd: int) -> None:
     import torch
 
-    from .records.messages import Reply
+    from ..records.messages import Reply
     preload_imports()
     _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
@@ -608,8 +609,8 @@ def _prime(rep_fd: int, device: str) -> None:
     also takes standbys, only ever reads what pin() keeps."""
     import torch
 
-    from .records.messages import Reply
-    from .timing import is_pinned, pin, pinned
+    from ..records.messages import Reply
+    from ..timing import is_pinned, pin, pinned
     if device == "cuda":
         torch.cuda.init()
     pin(torch)
