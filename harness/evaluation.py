@@ -615,7 +615,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
                   cfg: Config, gate: DeviceGate) -> None:
     """On a GPU: did a kernel the solution defines run? One forward with CUPTI's kernel records on,
     in the candidate's process after its timing, never before: CUPTI slows every later launch in its
-    process (see child.Runner.kernels).
+    process (see runner.Runner.kernels).
 
     Readying CUPTI (the `profiler` op) takes milliseconds when it is called directly (cupti.py); where
     only torch.profiler can list, its start-up takes seconds of host work and runs no solution code,
@@ -642,7 +642,7 @@ def _list_kernels(res: EvalResult, phases: PhaseTimes, cand: Worker, defined: li
 
 def _quiet(ref: Worker, cfg: Config, phases: PhaseTimes, flags: list[str]) -> None:
     """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
-    work they had queued (child.Runner.quiet, in the reference's process). Not quiet within
+    work they had queued (runner.Runner.quiet, in the reference's process). Not quiet within
     `quiet_max_s` (a neighbour's background thread keeps launching, say): timed anyway, flagged."""
     b = cfg.batch
     reply, _ = ref.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,

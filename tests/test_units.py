@@ -106,7 +106,7 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
 
 
 def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
-    from harness.process.child import Runner
+    from harness.process.runner import Runner
     setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
              "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
     runner = Runner(setup)

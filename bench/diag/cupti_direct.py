@@ -1,7 +1,7 @@
 """Where the kernel listing's start-up goes (run on a GPU machine), and whether CUPTI called directly
 pays it. Each mode runs in a fresh process after CUDA is up and a kernel has run:
 
-  torch     an empty torch.profiler session, then a listing session around one relu (as child.py)
+  torch     an empty torch.profiler session, then a listing session around one relu (as runner.py)
   callback  CUPTI's callback API through ctypes: subscribe, enable the runtime and driver domains,
             one relu and one Triton kernel, the launch callbacks' symbol names
   activity  CUPTI's activity API through ctypes: CONCURRENT_KERNEL records, enable, one relu and one

@@ -64,7 +64,7 @@ def main() -> None:
         if e is not None and op not in e:
             e[op] = time.perf_counter() - e["t0"]
             e[f"stopped_{op}"] = self.stopped_for()
-            if op == "load":  # the child's own steps (child.Runner), and when it began them
+            if op == "load":  # the child's own steps (runner.Runner), and when it began them
                 n = dict(reply.notes)
                 n["began"] = f"{float(n.get('began', 'nan')) - (time.time() - time.perf_counter() + e['t0']):.2f}"
                 e["steps"] = " ".join(f"{k[:-2] if k.endswith('_s') else k}={v}" for k, v in n.items())

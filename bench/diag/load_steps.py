@@ -1,7 +1,7 @@
 """Where a candidate's load phase goes on a GPU (#3: 1.0-1.5 s per solution, under the slot's gate).
 
 In fresh processes, after what a standby preloads (torch, torch.profiler, cpp_extension, harness
-modules), the steps of child.Runner's candidate set-up one by one: CUDA context, the launch hold
+modules), the steps of runner.Runner's candidate set-up one by one: CUDA context, the launch hold
 (timing.pin: Triton kernel and its check), the NaN poison, the environment fingerprint, and a
 reference's trial-free start. Prints one line per process and the medians.
 Usage: python bench/diag/load_steps.py [--procs 3]"""

@@ -1,4 +1,4 @@
-"""Does the candidate's NaN poison (child.Runner._poison: 25% of free memory, at most 8 GB, filled
+"""Does the candidate's NaN poison (runner.Runner._poison: 25% of free memory, at most 8 GB, filled
 and handed back to the caching allocator) change how fast its kernels run? (#5, session 9: identical
 relu_add on 4M floats timed 1.8% faster in each of 5 fresh candidate processes than in the one
 reference process, which is not poisoned, and relu on 64K floats 1.6-5.9% faster.)

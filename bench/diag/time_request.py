@@ -1,6 +1,6 @@
 """Where a child's `time` request goes (#3). bench/diag/timing_phase.py (H100) found each request of a
 timing round taking ~45 ms in the parent's clock for 10 calls whose own host time (hold, flush,
-forward, synchronize) is ~7 ms. Here a reference-role child.Runner runs in this process, as
+forward, synchronize) is ~7 ms. Here a reference-role runner.Runner runs in this process, as
 child.serve does, and the same requests are profiled: per request, the wall time, the calls' own
 host time, and the Reply's construction and JSON; then a cProfile of the requests by own time.
 
@@ -30,7 +30,7 @@ def main() -> None:
     args = ap.parse_args()
     from harness.config import load_config
     from harness.records.messages import Command, Reply
-    from harness.process.child import Runner
+    from harness.process.runner import Runner
 
     cfg = load_config(None, {"device": "cuda"})
     t = cfg.timing

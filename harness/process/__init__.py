@@ -10,5 +10,6 @@ Parent side:
 
 Child side (imports only what the child needs, never the parent's orchestration; tests/test_imports.py):
 - child.py: the child's entry (`python -m harness.process.child`): start-up (a standby's preload and
-  priming, set_dumpable), the channel, the compile role, the candidate and reference roles.
+  priming, set_dumpable), the channel, the compile role, the command loop of the other roles.
+- runner.py: `Runner`, the candidate and reference roles (build, trials, timing calls, kernel list).
 """

@@ -1,0 +1,332 @@
+"""The candidate and reference roles of a child process: a `Runner` holds the problem (and for a
+candidate, the solution) and answers the parent's commands (build, trials, timing calls, the kernel
+list, the problem linter's runs); child.serve reads them and sends its replies.
+
+Nothing here compares outputs or reduces timings into statistics: the parent does that.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+
+class Runner:
+    def __init__(self, setup: dict):
+        import torch
+
+        from ..problems import apply_sizes, import_file, meta
+
+        self.torch = torch
+        self.setup = setup
+        self.role = setup["role"]
+        self.device = setup["device"]
+        if not setup.get("allow_tf32", False):
+            # fp32 means fp32: cuDNN's TF32 default would make the reference itself miss fp32
+            # tolerances on convolutions (and a candidate may not inherit it either)
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+        if self.device == "cpu" and setup.get("cpu_threads"):
+            torch.set_num_threads(int(setup["cpu_threads"]))
+        self.problem = import_file(setup["problem_path"], "problem_module")
+        self.meta = meta(self.problem)
+        if setup.get("size") == "small":
+            apply_sizes(self.problem, self.meta.get("small", {}))
+        self.base_sizes = {k: getattr(self.problem, k) for k in _shape_keys(self.meta) if hasattr(self.problem, k)}
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.get("dtype") or "")
+        self.model = None
+        self.cls = None
+        self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
+        self.ext_calls = [0]
+        self.recorder = None  # the process's cupti.KernelRecorder: timing's spans and launch counts, the kernel list
+        self.lister = None  # the recorder when the kernel list is taken through CUPTI (start_profiler)
+        self.listing: Optional[str] = None  # how: "cupti" or "torch.profiler"
+        self.span_why: Optional[str] = None  # why CUPTI could not be had for the kernel spans
+        # seconds of each step of a candidate's load, and when it began (epoch), for the load reply
+        self.steps: dict[str, str] = {"began": f"{time.time():.3f}"}
+        if self.role == "candidate":
+            from ..timing import is_pinned, pin
+            t0 = time.perf_counter()
+            if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
+                pin(torch)
+            t1 = time.perf_counter()
+            self._poison()
+            t2 = time.perf_counter()
+            _count_extension_calls(self.ext_calls)
+            sol = import_file(setup["solution_path"], "solution_module")
+            self.cls = getattr(sol, "ModelNew", None)
+            self.steps.update(pin_s=f"{t1 - t0:.3f}", poison_s=f"{t2 - t1:.3f}",
+                              import_s=f"{time.perf_counter() - t2:.3f}")
+        else:
+            self.cls = getattr(self.problem, "Model", None)
+
+    def _poison(self) -> None:
+        """Fill memory the candidate might inherit with NaN: a kernel that returns torch.empty()
+        without writing it reads NaN, never a stale answer. (Separate processes already keep the
+        reference's outputs out of reach; this covers the candidate's own earlier calls too.)"""
+        torch = self.torch
+        if self.device == "cuda":
+            free, _ = torch.cuda.mem_get_info()
+            n = max(min(int(free * 0.25), int(self.setup.get("poison_max_bytes") or 8 << 30)) // 4, 1)
+            blk = torch.full((n,), float("nan"), device="cuda")
+            torch.cuda.synchronize()
+            del blk  # stays in the caching allocator, NaN-filled, for the candidate's allocations
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def make_inputs(self, seed: int, shape: Optional[dict] = None) -> list:
+        torch = self.torch
+        from ..problems import apply_sizes
+        apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
+        with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
+            # the generators get_inputs draws from: the CPU's and this GPU's (torch.manual_seed also
+            # seeds XPU and MTIA, each a lazy call that formats the stack: 0.5 ms of every timed call)
+            torch.default_generator.manual_seed(seed)
+            if self.device == "cuda":
+                torch.cuda.manual_seed(seed)
+            # Generating on the device gives fresh values in fresh buffers at GPU speed.
+            with torch.device(self.device):
+                inputs = list(self.problem.get_inputs())
+        return [self._cast(x) for x in inputs]
+
+    def _cast(self, x):
+        torch = self.torch
+        if isinstance(x, torch.Tensor):
+            x = x.to(self.device)
+            if self.dtype is not None and x.is_floating_point():
+                x = x.to(self.dtype)
+        return x
+
+    # -- commands --------------------------------------------------------------------------------
+    def build(self, init_seed: int) -> None:
+        torch = self.torch
+        from ..problems import apply_sizes
+        if self.cls is None:
+            raise InterfaceError("solution defines no class ModelNew" if self.role == "candidate"
+                                 else "problem defines no class Model")
+        apply_sizes(self.problem, self.base_sizes)
+        torch.manual_seed(init_seed)
+        init_inputs = list(self.problem.get_init_inputs())
+        try:
+            model = self.cls(*init_inputs)
+        except TypeError as e:
+            raise InterfaceError(f"ModelNew cannot be built from get_init_inputs(): {e}") from None
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+            if self.dtype is not None:
+                model = model.to(self.dtype)
+            model.train(bool(self.meta.get("train", True)))
+        self.model = model
+
+    def timed_callable(self, variant: str):
+        if variant == "compiled":
+            if self.role != "reference":
+                raise InterfaceError("only the reference has a torch.compile variant")
+            if "compiled" not in self.cache:
+                self.cache["compiled"] = self.torch.compile(self.model)
+            return self.cache["compiled"]
+        return lambda *inputs: self.forward(list(inputs))
+
+    def forward(self, inputs: list):
+        try:
+            return self.model(*inputs)
+        except TypeError as e:
+            if "positional argument" in str(e) or "forward()" in str(e):
+                raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
+            raise
+
+    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[list], dict]:
+        """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
+        (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
+        during the first trial (calls into the solution's extensions)."""
+        from .. import payload
+        torch = self.torch
+        blobs = []
+        seen: dict = {}
+        from ..timing import pinned
+        clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
+        for i, seed in enumerate(seeds):
+            shape = shapes[i] if i < len(shapes) else {}
+            inputs = self.make_inputs(seed, shape)
+            pristine = [clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+            calls_before = self.ext_calls[0]
+            with torch.no_grad():
+                out = self.forward(inputs)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            if i == 0 and self.role == "candidate":
+                seen["custom_calls"] = self.ext_calls[0] - calls_before
+            record = {"out": _to_cpu(torch, out), "out_meta": _out_meta(torch, out)}
+            changed = not _same_inputs(torch, pristine, inputs)
+            # The reference's inputs after the call are the yardstick for a candidate that changes
+            # its own (the pristine ones too when it changes them). A candidate's are shipped only
+            # when they changed: they are as big as its outputs, and most forwards never touch them.
+            if self.role == "reference" or changed:
+                record["inputs_after"] = _to_cpu(torch, inputs)
+            if self.role == "reference" and changed:
+                record["inputs_before"] = _to_cpu(torch, pristine)
+            blobs.append(payload.encode(torch, record))
+            del out, inputs, pristine
+        return blobs, seen
+
+    def lint(self, cmd) -> dict:
+        """The problem linter's runs, judged here on the device (the problem is trusted code)."""
+        from ..lint import analyse
+        torch = self.torch
+        outs = []
+        params = 0
+        for init_seed, seeds in ((cmd.init_seed, cmd.seeds), (cmd.init_seed_b, cmd.seeds[:1])):
+            self.build(init_seed)
+            params = sum(p.numel() for p in self.model.parameters()) if hasattr(self.model, "parameters") else 0
+            with torch.no_grad():
+                outs += [self.forward(self.make_inputs(s)) for s in seeds]
+        flags, notes = analyse(*outs, params, cmd.atol, cmd.rtol, cmd.rel_l2)
+        return {"flags": flags, "notes": notes}
+
+    def start_profiler(self, method: Optional[str] = "cupti") -> dict:
+        """Ready the kernel list: CUPTI's activity records called directly (cupti.py, milliseconds),
+        or where that cannot be had, torch.profiler's start-up (start_profiler below, seconds). In
+        the timed candidate's own process only after timing, for the same reason as kernels()."""
+        t0 = time.perf_counter()
+        # timing is over: hand back the NaN-filled block (_poison) and the rest of the cache, since
+        # the slot starts another evaluation beside this one meanwhile (gate.background)
+        self.torch.cuda.empty_cache()
+        from ..cupti import KernelRecorder
+        why = ""
+        # one recorder per process, perhaps opened already for timing's spans or launch counts; the
+        # profiler when asked for by name (correctness.kernel_list), whatever timing opened
+        if method != "profiler" and self.recorder is None:
+            self.recorder, why = KernelRecorder.open(self.torch)
+        self.lister = self.recorder if method != "profiler" else None
+        if self.lister is None:
+            start_profiler()
+        self.listing = "cupti" if self.lister else "torch.profiler"
+        return {"profile_s": time.perf_counter() - t0,
+                "notes": {"kernel_list": self.listing, **({"cupti_unavailable": why[:300]} if why else {})}}
+
+    def kernels(self, seed: int) -> dict:
+        """One forward on fresh inputs under CUPTI (readied by start_profiler): the names of the GPU
+        kernels it ran. Never in a process that is still to be timed: once the profiler (CUPTI) has
+        been attached, every later launch in this process costs more (7 -> 27 us per op measured on
+        an H200 with torch.profiler), and a launch-bound candidate would be timed slower than its
+        reference."""
+        if self.listing is None:
+            raise RuntimeError("kernels before profiler")
+        t0 = time.perf_counter()
+        inputs = self.make_inputs(seed)
+        if self.lister is not None:
+            try:
+                self.lister.start()
+            except Exception:  # noqa: BLE001 - CUPTI's fault, not the solution's: the profiler lists
+                self.lister, self.listing = None, "torch.profiler"
+                start_profiler()
+        with self.torch.no_grad():
+            if self.lister is not None:
+                self.forward(inputs)
+                names = sorted(set(self.lister.stop()))
+            else:
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    self.forward(inputs)
+                    self.torch.cuda.synchronize()
+                names = sorted({e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+                                and "CUDA" in str(e.device_type)})
+        return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
+                "notes": {"kernel_list": self.listing}}
+
+    def span_recorder(self):
+        """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
+        be had (tried once)."""
+        if self.recorder is None and self.span_why is None:
+            from ..cupti import KernelRecorder
+            self.recorder, self.span_why = KernelRecorder.open(self.torch)
+        return self.recorder
+
+    def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
+        """The parent asks the reference's process (the problem's code, not a solution's)."""
+        from ..timing import quiet_gpu
+        return quiet_gpu(self.torch, probe_us, probes, max_s)
+
+    def time(self, cmd) -> dict:
+        from ..timing import time_calls
+        return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
+                          hold_us=cmd.hold_us, spans=cmd.spans,
+                          variant=cmd.variant, graph=cmd.cuda_graph)
+
+
+class InterfaceError(Exception):
+    pass
+
+
+def _count_extension_calls(counter: list) -> None:
+    """Wrap the functions of every extension the solution loads, to count calls into its own code
+    (the evidence that a custom kernel ran, besides the profiler's kernel list on a GPU)."""
+    import torch.utils.cpp_extension as cpp
+
+    def wrap(loader):
+        def wrapped(*args, **kwargs):
+            mod = loader(*args, **kwargs)
+            for name in dir(mod):
+                fn = getattr(mod, name)
+                if callable(fn) and not name.startswith("_") and not isinstance(fn, type):
+                    setattr(mod, name, _counted(fn, counter))
+            return mod
+        return wrapped
+
+    cpp.load_inline = wrap(cpp.load_inline)
+    cpp.load = wrap(cpp.load)
+
+
+def _counted(fn, counter):
+    def call(*args, **kwargs):
+        counter[0] += 1
+        return fn(*args, **kwargs)
+    call.__name__ = getattr(fn, "__name__", "ext_fn")
+    call.__doc__ = getattr(fn, "__doc__", None)
+    return call
+
+
+def _shape_keys(meta: dict) -> set:
+    keys = set(meta.get("small", {}))
+    for s in meta.get("extra_shapes", []) or []:
+        keys |= set(s)
+    return keys
+
+
+def _to_cpu(torch, obj):
+    if isinstance(obj, torch.Tensor):
+        # .as_subclass strips any subclass so the parent can load it with weights_only; the type
+        # itself is reported separately and judged by the parent.
+        return obj.detach().as_subclass(torch.Tensor).to("cpu", copy=True)
+    if isinstance(obj, (list, tuple)):
+        return [_to_cpu(torch, o) for o in obj]
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return obj
+    return repr(type(obj))
+
+
+def _same_inputs(torch, a: list, b: list) -> bool:
+    from ..timing import pinned
+    equal = pinned("equal", torch.equal)
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and not equal(x, y):
+            return False
+    return True
+
+
+def _out_meta(torch, obj) -> list[dict]:
+    """What the parent needs to judge the output's form: exact type, device, dtype, shape."""
+    if isinstance(obj, (list, tuple)):
+        return [m for o in obj for m in _out_meta(torch, o)]
+    t = type(obj)
+    meta = {"type": f"{t.__module__}.{t.__qualname__}"}
+    if isinstance(obj, torch.Tensor):
+        meta.update(device=obj.device.type, dtype=str(obj.dtype), shape=list(obj.shape))
+    return [meta]
+
+
+def start_profiler() -> None:
+    """One empty profiler session: CUPTI's start-up (4-6 s of host work on an H200 machine), after
+    which a listing's own session takes milliseconds."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        pass
+    prof.events()
