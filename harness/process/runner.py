@@ -169,7 +169,7 @@ class Runner:
 
     def lint(self, cmd) -> dict:
         """The problem linter's runs, judged here on the device (the problem is trusted code)."""
-        from ..lint import analyse
+        from ..lint_rules import analyse
         torch = self.torch
         outs = []
         params = 0
