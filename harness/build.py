@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from .cpus import Lender
-from .isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
-from .records import CompileReply
+from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
+from .records.messages import CompileReply
 
 
 def source_file(code: str, original: Path, cache_dir: Path, extracted: bool) -> Path:

@@ -15,7 +15,7 @@ import torch
 
 from .config import Tolerance
 from .payload import decode
-from .records import TrialCheck
+from .records.result import TrialCheck
 
 PLAIN_TENSOR = "torch.Tensor"
 

@@ -21,9 +21,9 @@ from typing import Optional, Union
 
 from . import cpus
 from .config import Config, load_config
-from .isolation import Standby
+from .process.standby import Standby
 from .problems import Problem, find_problem
-from .records import EvalResult, Status
+from .records.result import EvalResult, Status
 from .reference import ReferenceSession, tolerance_for
 from .batch.sharing import DeviceGate, SoloGate
 from .stages.build import Prebuilt, build
@@ -52,7 +52,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     gate = gate or SoloGate(timing_cpu=cpus.plan(1)[0][0])
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
-        from .worker import set_dumpable
+        from .process.child import set_dumpable
         set_dumpable(False)
     prob = problem if isinstance(problem, Problem) else find_problem(problem, problem_roots)
     ctx = Context.open(cfg, gate, prob, str(solution), label, reference is not None, env_extra, standby)

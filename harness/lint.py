@@ -13,7 +13,7 @@ import torch
 from .config import Config, Tolerance
 from .correctness import compare_tensors
 from .problems import Problem
-from .records import Command
+from .records.messages import Command
 from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta, tolerance_for
 
 

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .build import child_env
 from .config import Config, Tolerance
-from .isolation import Standby, Worker
+from .process.standby import Standby
+from .process.worker import Worker
 from .problems import Problem
-from .records import Command, EnvInfo
+from .records.messages import Command
+from .records.result import EnvInfo
 
 if TYPE_CHECKING:
     from .correctness import TrialData

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .records import EvalResult
+from .records.result import EvalResult
 
 STATUS_STYLE = {"passed": "bold green", "incorrect": "bold red", "compile_error": "red", "runtime_error": "red",
                 "timeout": "yellow", "no_code": "dim", "interface_error": "magenta", "rejected": "bold magenta"}

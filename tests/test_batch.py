@@ -189,7 +189,7 @@ def test_resume_after_sigkill(tmp_path):
 # Leaderboards from hand-made records
 
 def rec(label, problem, status, speedup=None, solution=None, **kw):
-    from harness.records import EvalResult
+    from harness.records.result import EvalResult
     return EvalResult(label=label, problem=problem, status=status, speedup=speedup,
                       runtime_ms=(1.0 / speedup if speedup else None), ref_runtime_ms=1.0 if speedup else None,
                       solution=solution or f"{label}/{problem}/{status}-{speedup}.py",
@@ -288,7 +288,8 @@ class FakeExecutor:
 
     def submit_compile(self, task):
         from harness.batch.executor import CompileOutcome
-        from harness.records import CompileReply, EvalResult
+        from harness.records.messages import CompileReply
+        from harness.records.result import EvalResult
         f = Future()
         if "bad" in task.solution:
             r = EvalResult(problem=task.problem.name, solution=task.solution, status="compile_error",
@@ -301,7 +302,7 @@ class FakeExecutor:
 
     def submit_eval(self, task, slot):
         from harness.batch.executor import EvalOutcome
-        from harness.records import EvalResult
+        from harness.records.result import EvalResult
         assert "bad" not in task.solution, "a failed build reached a device"
         self.evals.append((slot.name, task.problem.name))
         f = Future()

@@ -13,9 +13,10 @@ import torch
 from conftest import TESTS
 from harness.build import child_env
 from harness.batch.executor import neighbour_may_have_caused
-from harness.forkserver import EXIT_UNKNOWN
-from harness.isolation import Standby, Worker, describe_exit
-from harness.records import EvalResult, Status
+from harness.process.forkserver import EXIT_UNKNOWN
+from harness.process.standby import Standby
+from harness.process.worker import Worker, describe_exit
+from harness.records.result import EvalResult, Status
 
 SETUP = {"role": "candidate", "problem_path": str(TESTS / "problems" / "relu_add.py"), "device": "cpu",
          "size": "small", "dtype": None, "cpu_threads": 1}

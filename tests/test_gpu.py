@@ -268,7 +268,7 @@ def test_a_forked_standby_makes_its_cuda_context_and_serves_a_candidate():
 
     from harness.build import child_env
     from harness.evaluation import evaluate
-    from harness.isolation import Standby
+    from harness.process.standby import Standby
     sb = Standby(child_env(None, "cuda"), 1, prime="cuda")
     served = []
     take = sb.take

@@ -182,9 +182,9 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
     """A neighbour's timing stops a worker mid-request: the request's timeout counts only the time
     it ran. Real process: a forward that never returns, 1 s of timeout, stopped for 1.5 s of it."""
     from harness.build import child_env
-    from harness.isolation import Worker, WorkerTimeout
+    from harness.process.worker import Worker, WorkerTimeout
     from harness.problems import find_problem
-    from harness.records import Command
+    from harness.records.messages import Command
     exp = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
     setup = {"role": "candidate", "problem_path": str(find_problem(exp.problem).path),
              "solution_path": str(exp.path), "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
@@ -243,7 +243,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
     import harness.evaluation as ev
     from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
-    from harness.records import EvalResult, Status
+    from harness.records.result import EvalResult, Status
 
     calls: list[tuple[str, bool]] = []
     together = threading.Barrier(3, timeout=10)
@@ -300,7 +300,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
 ])
 def test_only_failures_a_neighbour_could_cause_are_rerun_alone(text, rerun):
     from harness.batch.executor import neighbour_may_have_caused
-    from harness.records import EvalResult, Status
+    from harness.records.result import EvalResult, Status
     for status in (Status.runtime_error, Status.interface_error):
         assert neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text)) is rerun
     for status in (Status.incorrect, Status.timeout, Status.passed):
@@ -344,7 +344,7 @@ def test_sessions_in_use_are_never_evicted(monkeypatch):
     import harness.evaluation as ev
     from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
-    from harness.records import EvalResult, Status
+    from harness.records.result import EvalResult, Status
     from harness.reference import ReferenceSession
 
     closed: list[str] = []
@@ -405,7 +405,8 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
     not wait for them (its gate stops this candidate meanwhile). The profiled forward itself runs the
     solution on the device: a shared phase."""
     from harness.config import load_config
-    from harness.records import EvalResult, PhaseTimes, Reply, Status
+    from harness.records.messages import Reply
+    from harness.records.result import EvalResult, PhaseTimes, Status
     from harness.stages.context import Context
     from harness.stages.kernels import run_listing
 
@@ -565,7 +566,7 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
     import harness.evaluation as ev
     from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
-    from harness.records import EvalResult, Status
+    from harness.records.result import EvalResult, Status
     from harness.reference import ReferenceSession
 
     spawned = []
@@ -608,7 +609,7 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
     import harness.evaluation as ev
     from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
-    from harness.records import EvalResult, Status
+    from harness.records.result import EvalResult, Status
     from harness.reference import ReferenceError, ReferenceSession
 
     began, asked, fail = [], [], []
@@ -656,7 +657,7 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
 
 
 def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming():
-    """Priming a standby (isolation.Standby) runs GPU work inside a shared phase: on a GPU slot the
+    """Priming a standby (process.standby.Standby) runs GPU work inside a shared phase: on a GPU slot the
     gate must be a real one, even with one evaluation at a time, or priming could overlap timing."""
     from harness.batch.executor import DeviceSlot, SlotRuntime
     from harness.batch.sharing import SoloGate
@@ -672,7 +673,7 @@ def test_a_candidates_own_timeout_keeps_its_problems_reference(tmp_path, monkeyp
     import harness.evaluation as ev
     from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
     from harness.problems import find_problem
-    from harness.records import Status
+    from harness.records.result import Status
     honest = tmp_path / "honest.py"
     honest.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                       "    def forward(self, a, b):\n        return torch.relu(a + b)\n")

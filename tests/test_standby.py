@@ -11,7 +11,8 @@ import torch
 
 from conftest import TESTS, evaluate_fixture, make_config, read_expectation
 from harness.build import child_env
-from harness.isolation import Standby, Worker
+from harness.process.standby import Standby
+from harness.process.worker import Worker
 
 SETUP = {"role": "candidate", "problem_path": str(TESTS / "problems" / "relu_add.py"), "device": "cpu",
          "size": "small", "dtype": None, "cpu_threads": 1}

@@ -109,7 +109,7 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
 
 
 def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
-    from harness.worker import Runner
+    from harness.process.runner import Runner
     setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
              "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
     runner = Runner(setup)
@@ -299,7 +299,7 @@ class _FakeTimed:
         self.ms, self.claimed, self.returncode = ms, claimed_mhz, None
 
     def request(self, cmd, timeout):
-        from harness.records import Reply
+        from harness.records.messages import Reply
         n = len(cmd.seeds)
         return Reply(op="time", ok=True, times_ms=[self.ms] * n, host_ms=[self.ms + 0.05] * n,
                      fingerprints=[[] for _ in range(n)], clocks_mhz=[self.claimed] * n,
@@ -407,7 +407,7 @@ class _GraphFake(_FakeTimed):
         self.fail, self.modes = fail, []
 
     def request(self, cmd, timeout):
-        from harness.records import Reply
+        from harness.records.messages import Reply
         self.modes.append(cmd.cuda_graph)
         if cmd.cuda_graph:
             if self.fail:
@@ -648,7 +648,7 @@ def test_a_build_the_compiler_rejected_is_not_compiled_again(tmp_path, monkeypat
     and a second build returns it without starting a compiler. A failure that says nothing about
     the source (the compiler killed) is not remembered."""
     import harness.build as build
-    from harness.records import CompileReply
+    from harness.records.messages import CompileReply
     src = ROOT / "tests/fixtures/cpu/compile_error_cpp.py"
     ext = build.extensions_dir(src.read_text(), "cpu", tmp_path)
     first, failure, log = build.compile_solution(src, ext, "cpu", 300)

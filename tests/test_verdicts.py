@@ -26,7 +26,7 @@ def test_fixture_verdict(path):
 
 
 def test_every_status_is_pinned():
-    from harness.records import Status
+    from harness.records.result import Status
     pinned = {read_expectation(p).status for p in CPU_FIXTURES}
     assert pinned == {s.value for s in Status}, f"statuses without a CPU fixture: {set(s.value for s in Status) - pinned}"
 

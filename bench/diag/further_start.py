@@ -39,14 +39,14 @@ def main() -> None:
                     help="a further warm run with this setting as well (e.g. concurrent_evaluations=1)")
     args = ap.parse_args()
     import throughput
-    from harness import isolation
+    from harness.process import standby, worker
     from harness.batch.run import run_batch
     from harness.config import load_config
 
     lock = threading.Lock()
     procs: dict[int, dict] = {}  # id(worker) -> its events
 
-    real_take, real_wait = isolation.Standby.take, isolation.Worker.wait_reply
+    real_take, real_wait = standby.Standby.take, worker.Worker.wait_reply
 
     def take(self, setup, env, timeout, on_worker=None):
         t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def main() -> None:
                 e["steps"] = " ".join(f"{k[:-2] if k.endswith('_s') else k}={v}" for k, v in n.items())
         return reply
 
-    isolation.Standby.take, isolation.Worker.wait_reply = take, wait_reply
+    standby.Standby.take, worker.Worker.wait_reply = take, wait_reply
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

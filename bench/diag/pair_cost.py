@@ -30,7 +30,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
     import fidelity
-    from harness import evaluation, isolation
+    from harness import evaluation
+    from harness.process import worker
     from harness.stages import timed
     from harness.config import load_config
     from harness.problems import find_problem
@@ -44,7 +45,7 @@ def main() -> None:
     pairs: list[dict] = []
     current: list[dict] = []  # the pair being measured: its requests
 
-    real_measure, real_request = timed.measure, isolation.Worker.request
+    real_measure, real_request = timed.measure, worker.Worker.request
 
     def measure(cand, ref, *a, **k):
         current.clear()
@@ -61,7 +62,7 @@ def main() -> None:
                             "calls": len(cmd.seeds), "spans": cmd.spans, "warm": cmd.warmup > 0})
         return reply, wall
 
-    timed.measure, isolation.Worker.request = measure, request
+    timed.measure, worker.Worker.request = measure, request
     tmp = Path(tempfile.mkdtemp())
     prob, sol = fidelity.write_files(tmp)["relu_add_4m"]
     problem = find_problem(prob)

@@ -34,9 +34,11 @@ from typing import Optional, Protocol
 from ..build import build_child, child_env
 from ..config import Config
 from ..cpus import Lender
-from ..isolation import Standby, close_all
+from ..process.standby import Standby
+from ..process.worker import close_all
 from ..problems import Problem
-from ..records import CompileReply, EvalResult, Status
+from ..records.messages import CompileReply
+from ..records.result import EvalResult, Status
 from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
@@ -238,7 +240,7 @@ class SlotRuntime:
         self.concurrency = max(1, concurrency)
         self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
         # a GPU slot's gate is a real one even for one evaluation at a time: its standbys' priming
-        # (isolation.Standby) runs GPU work, and timing must stop it like any untimed phase
+        # (process.standby.Standby) runs GPU work, and timing must stop it like any untimed phase
         shared = self.concurrency > 1 or self.slot.device == "cuda"
         self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu,
                                                                      stop_untimed=self.slot.stop_untimed,
@@ -353,7 +355,7 @@ class SlotRuntime:
         session = self._session(task.problem, task.cfg)
         standby = self._standby(task.cfg)
         if session.worker is None and session.standby is None:
-            session.standby = standby  # its reference starts from there too (isolation.Standby.take)
+            session.standby = standby  # its reference starts from there too (Standby.take)
         if task.cfg.batch.early_reference and self.slot.device == "cuda":
             self._early_reference(key, session)
         drop = False

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..config import Config
-from ..records import EvalResult
+from ..records.result import EvalResult
 from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
                        sessions_per_slot)
 from .plan import Item, Skipped

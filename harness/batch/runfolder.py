@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..records import EvalResult
+from ..records.result import EvalResult
 
 def default_run_dir(base: Path = Path("results")) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..build import builds_extensions, compile_solution, extensions_dir, source_file
-from ..records import CompileReply, Status
+from ..records.messages import CompileReply
+from ..records.result import Status
 from .context import Context, Failure
 from .source import Source
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ..build import child_env
-from ..isolation import Worker
-from ..records import Command
+from ..process.worker import Worker
+from ..records.messages import Command
 from ..reference import ReferenceSession
 from ..timing.measure import warm_up
 from .build import Built

@@ -7,7 +7,8 @@ import random
 import secrets
 from dataclasses import dataclass
 
-from ..records import Command, Status
+from ..records.messages import Command
+from ..records.result import Status
 from ..reference import ReferenceSession
 from .candidate import CandidateProcesses
 from .context import Context, Failure, ask

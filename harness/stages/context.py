@@ -8,9 +8,11 @@ from typing import Optional
 
 from .. import __version__
 from ..config import Config, Tolerance
-from ..isolation import Standby, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from ..process.standby import Standby
+from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..problems import Problem
-from ..records import Command, EvalResult, PhaseTimes, Status
+from ..records.messages import Command
+from ..records.result import EvalResult, PhaseTimes, Status
 from ..batch.sharing import DeviceGate
 
 

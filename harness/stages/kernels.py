@@ -3,9 +3,9 @@ records on, in the candidate's process after its timing, never before: CUPTI slo
 launch in its process (process child's Runner.kernels)."""
 from __future__ import annotations
 
-from ..isolation import Worker
+from ..process.worker import Worker
 from ..kernels import ran as kernels_ran
-from ..records import Command
+from ..records.messages import Command
 from ..reference import ReferenceSession
 from .build import Built
 from .candidate import CandidateProcesses

@@ -6,7 +6,7 @@ import statistics
 import time
 from typing import Optional
 
-from ..records import EvalResult, Status
+from ..records.result import EvalResult, Status
 from ..reference import ReferenceSession
 from ..timing.stats import process_bias_us, ratio_ci, widen_for_process_bias
 from .context import Context, Failure

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import Status
+from ..records.result import Status
 from ..solutions import Solution, load_solution
 from ..static_checks import check_source
 from .context import Context, Failure

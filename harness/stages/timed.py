@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import cpus
-from ..isolation import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
-from ..records import Command, Status
+from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from ..records.messages import Command
+from ..records.result import Status
 from ..reference import ReferenceSession
 from ..timing.clocks import clock_checks
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice

@@ -240,7 +240,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
             hold_us: Optional[float] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
-    are stable or the budget is spent. `cand` and `ref` are isolation.Worker objects with built models;
+    are stable or the budget is spent. `cand` and `ref` are process.worker.Worker objects with built models;
     `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
     A side's further process pair (processes_for) passes what its first pair settled: `compiled`
     False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without
@@ -250,7 +250,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured."""
     # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
     # steps that need none of them are the helpers above.
-    from ..records import Command
+    from ..records.messages import Command
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
     min_rounds = t.min_rounds if min_rounds is None else min_rounds
@@ -370,7 +370,7 @@ def warm_up(t, rng: random.Random, spans: Optional[bool] = None):
     a request with one re-checks a hold that failed its check at pin() beside other processes' work,
     and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
     evaluations' phases, that check failed and left an identical solution timed without a hold."""
-    from ..records import Command
+    from ..records.messages import Command
     if spans is None:  # a process's first request, before any pair settled spans: CUPTI started unless off
         spans = t.kernel_span != "off"
     return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,

@@ -14,7 +14,7 @@ import statistics
 from typing import Optional
 
 def summarize(samples: list[float]):
-    from ..records import Stats
+    from ..records.result import Stats
     n = len(samples)
     mean = statistics.fmean(samples)
     std = statistics.stdev(samples) if n > 1 else 0.0

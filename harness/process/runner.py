@@ -1,183 +1,20 @@
-"""The child side: runs in a fresh interpreter (`python -m harness.worker`), one role per process.
+"""The candidate and reference roles of a child process: a `Runner` holds the problem (and for a
+candidate, the solution) and answers the parent's commands (build, trials, timing calls, the kernel
+list, the problem linter's runs); child.serve reads them and sends its replies.
 
-- `compile`: executes the solution module once so its `load_inline` calls build into the
-  content-addressed extension directory; reports build errors with the compiler's own lines.
-- `candidate`: imports the (already built) solution, builds `ModelNew`, runs correctness trials and
-  timing calls on command. A standby child (HARNESS_STANDBY) imports torch and these modules first,
-  then waits for its setup line.
-- `reference`: the same for the problem's `Model`. Never in the same process as a candidate.
-
-Nothing here compares outputs or reduces timings into statistics: the parent does that, so a solution
-that patches torch, numpy or this module changes nothing but its own raw data, which the parent checks
-against the reference and its own clock.
+Nothing here compares outputs or reduces timings into statistics: the parent does that.
 """
 from __future__ import annotations
 
-import json
-import os
-import platform
-import socket
-import sys
 import time
-import traceback
-from typing import Any, Optional
+from typing import Optional
 
-MB = 1 << 20
-
-
-def _channel() -> tuple[Any, int]:
-    cmd_fd, rep_fd = (int(x) for x in os.environ.pop("HARNESS_WORKER_FDS").split(","))
-    return os.fdopen(cmd_fd, "r"), rep_fd
-
-
-def _send(rep_fd: int, obj: Any) -> None:
-    _write_all(rep_fd, (obj.model_dump_json() if hasattr(obj, "model_dump_json") else json.dumps(obj)).encode() + b"\n")
-
-
-def _write_all(rep_fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(rep_fd, view)
-        view = view[n:]
-
-
-def _short_exc(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    return msg if len(msg) < 4000 else msg[:4000] + " ..."
-
-
-def _frames(e: BaseException, filename_hint: str) -> str:
-    """The traceback lines that point into the user's file, so the error is actionable."""
-    tb = traceback.extract_tb(e.__traceback__)
-    mine = [f"  line {f.lineno}: {f.line}" for f in tb if filename_hint in (f.filename or "")]
-    return ("\n" + "\n".join(mine[-3:])) if mine else ""
-
-
-# --------------------------------------------------------------------------------------------------
-# Environment fingerprint
-
-def fingerprint(device: str) -> dict[str, Any]:
-    import torch
-
-    from . import __version__
-    env: dict[str, Any] = {
-        "device": device, "torch": torch.__version__, "python": platform.python_version(),
-        "harness": __version__, "hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
-    }
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        env.update(gpu_name=props.name, compute_capability=f"{props.major}.{props.minor}",
-                   cuda=torch.version.cuda, gpu_uuid=str(getattr(props, "uuid", "")) or None)
-        env.update(_nvml_state())
-    return env
-
-
-def _nvml_state() -> dict[str, Any]:
-    from .timing.monitor import GpuMonitor
-    mon = GpuMonitor()
-    snap = mon.snapshot()
-    if snap is None:
-        return {}
-    return {"driver": mon._get(lambda n, h: n.nvmlSystemGetDriverVersion()), "sm_clock_mhz": snap["sm"],
-            "mem_clock_mhz": snap["mem"], "temperature_c": snap["temp"]}
-
-
-# --------------------------------------------------------------------------------------------------
-# compile role
-
-class NeedsCuda(RuntimeError):
-    pass
-
-
-def run_compile(setup: dict, rep_fd: int) -> None:
-    """Execute the solution module with load_inline wrapped, so that build failures are told apart
-    from other import errors and a CUDA build on a machine without CUDA fails in one clear line."""
-    import torch
-    import torch.utils.cpp_extension as cpp
-
-    from .records import CompileReply
-    from .kernels import kernel_names
-
-    t0 = time.perf_counter()
-    built: list[str] = []
-    kernels: list[str] = []
-    failure: dict[str, str] = {}
-    real_inline, real_load = cpp.load_inline, cpp.load
-    # CUDA sources are buildable only for a CUDA evaluation: on the CPU path their kernels could never
-    # run, whatever this machine has (a GPU machine evaluating with --device cpu included)
-    has_cuda = setup.get("device") == "cuda" and (torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST")))
-
-    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
-        if cuda_sources and not has_cuda:
-            failure["category"] = "needs_cuda"
-            raise NeedsCuda(f"extension {name!r} has cuda_sources but this evaluation has no CUDA device "
-                            f"(device={setup.get('device')}, torch {torch.__version__}); run it on a GPU machine")
-        kernels.extend(kernel_names(cuda_sources))
-        try:
-            mod = real_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
-        except Exception:
-            failure.setdefault("category", "compile_error")
-            raise
-        built.append(name)
-        return mod
-
-    def load(name, sources, *args, **kwargs):
-        if any(str(s).endswith(".cu") for s in ([sources] if isinstance(sources, str) else sources)) and not has_cuda:
-            failure["category"] = "needs_cuda"
-            raise NeedsCuda(f"extension {name!r} has .cu sources but no CUDA device is available here")
-        try:
-            mod = real_load(name, sources, *args, **kwargs)
-        except Exception:
-            failure.setdefault("category", "compile_error")
-            raise
-        built.append(name)
-        return mod
-
-    cpp.load_inline, cpp.load = load_inline, load
-    path = setup["solution_path"]
-    try:
-        source = open(path).read()
-        code = compile(source, path, "exec")
-    except SyntaxError as e:
-        _send(rep_fd, CompileReply(ok=False, category="compile_error",
-                                   error=f"SyntaxError in solution, line {e.lineno}: {e.msg}",
-                                   seconds=time.perf_counter() - t0))
-        return
-    try:
-        from .problems import import_file
-        import_file(path, "solution_module")
-    except BaseException as e:  # noqa: BLE001 - anything the module raises is the solution's
-        category = failure.get("category", "import_error")
-        msg = compiler_errors(str(e)) if category == "compile_error" else _short_exc(e) + _frames(e, path)
-        if category == "needs_cuda":
-            msg = str(e)
-        _send(rep_fd, CompileReply(ok=False, category=category, error=msg, extensions=built,
-                                   seconds=time.perf_counter() - t0))
-        return
-    del code
-    _send(rep_fd, CompileReply(ok=True, extensions=built, kernel_names=sorted(set(kernels)),
-                               seconds=time.perf_counter() - t0))
-
-
-def compiler_errors(text: str, limit: int = 40) -> str:
-    """The compiler's own error lines out of torch's 'Error building extension' message."""
-    lines = text.splitlines()
-    head = lines[0] if lines else "build failed"
-    keep = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("ninja:")
-            and "Error building extension" not in ln]
-    if not keep:
-        keep = lines[-limit:]
-    return head.split(":")[0] + ":\n" + "\n".join(keep[:limit])
-
-
-# --------------------------------------------------------------------------------------------------
-# candidate / reference roles
 
 class Runner:
     def __init__(self, setup: dict):
         import torch
 
-        from .problems import apply_sizes, import_file, meta
+        from ..problems import apply_sizes, import_file, meta
 
         self.torch = torch
         self.setup = setup
@@ -207,7 +44,7 @@ class Runner:
         # seconds of each step of a candidate's load, and when it began (epoch), for the load reply
         self.steps: dict[str, str] = {"began": f"{time.time():.3f}"}
         if self.role == "candidate":
-            from .timing.hold import is_pinned, pin
+            from ..timing.hold import is_pinned, pin
             t0 = time.perf_counter()
             if not is_pinned():  # a primed standby pinned them already, as early and with no solution code
                 pin(torch)
@@ -237,7 +74,7 @@ class Runner:
     # -- inputs ----------------------------------------------------------------------------------
     def make_inputs(self, seed: int, shape: Optional[dict] = None) -> list:
         torch = self.torch
-        from .problems import apply_sizes
+        from ..problems import apply_sizes
         apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
         with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
             # the generators get_inputs draws from: the CPU's and this GPU's (torch.manual_seed also
@@ -261,7 +98,7 @@ class Runner:
     # -- commands --------------------------------------------------------------------------------
     def build(self, init_seed: int) -> None:
         torch = self.torch
-        from .problems import apply_sizes
+        from ..problems import apply_sizes
         if self.cls is None:
             raise InterfaceError("solution defines no class ModelNew" if self.role == "candidate"
                                  else "problem defines no class Model")
@@ -300,11 +137,11 @@ class Runner:
         """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
         (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
         during the first trial (calls into the solution's extensions)."""
-        from . import payload
+        from .. import payload
         torch = self.torch
         blobs = []
         seen: dict = {}
-        from .timing.hold import pinned
+        from ..timing.hold import pinned
         clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
@@ -332,7 +169,7 @@ class Runner:
 
     def lint(self, cmd) -> dict:
         """The problem linter's runs, judged here on the device (the problem is trusted code)."""
-        from .lint import analyse
+        from ..lint_rules import analyse
         torch = self.torch
         outs = []
         params = 0
@@ -352,7 +189,7 @@ class Runner:
         # timing is over: hand back the NaN-filled block (_poison) and the rest of the cache, since
         # the slot starts another evaluation beside this one meanwhile (gate.background)
         self.torch.cuda.empty_cache()
-        from .cupti import KernelRecorder
+        from ..cupti import KernelRecorder
         why = ""
         # one recorder per process, perhaps opened already for timing's spans or launch counts; the
         # profiler when asked for by name (correctness.kernel_list), whatever timing opened
@@ -399,17 +236,17 @@ class Runner:
         """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""
         if self.recorder is None and self.span_why is None:
-            from .cupti import KernelRecorder
+            from ..cupti import KernelRecorder
             self.recorder, self.span_why = KernelRecorder.open(self.torch)
         return self.recorder
 
     def quiet(self, probe_us: float, probes: int, max_s: float) -> dict:
         """The parent asks the reference's process (the problem's code, not a solution's)."""
-        from .timing.monitor import quiet_gpu
+        from ..timing.monitor import quiet_gpu
         return quiet_gpu(self.torch, probe_us, probes, max_s)
 
     def time(self, cmd) -> dict:
-        from .timing.loop import time_calls
+        from ..timing.loop import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           hold_us=cmd.hold_us, spans=cmd.spans,
                           variant=cmd.variant, graph=cmd.cuda_graph)
@@ -467,7 +304,7 @@ def _to_cpu(torch, obj):
 
 
 def _same_inputs(torch, a: list, b: list) -> bool:
-    from .timing.hold import pinned
+    from ..timing.hold import pinned
     equal = pinned("equal", torch.equal)
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor) and not equal(x, y):
@@ -486,110 +323,6 @@ def _out_meta(torch, obj) -> list[dict]:
     return [meta]
 
 
-def serve(setup: dict, cmd_in, rep_fd: int) -> None:
-    from .records import Command, Reply
-
-    try:
-        runner = Runner(setup)
-        t0 = time.perf_counter()
-        env = fingerprint(setup["device"])
-        _send(rep_fd, Reply(op="load", ok=True, env=env,
-                            notes={**runner.steps, "fingerprint_s": f"{time.perf_counter() - t0:.3f}"}))
-    except BaseException as e:  # noqa: BLE001
-        _send(rep_fd, Reply(op="load", ok=False, error_kind="runtime_error",
-                            error=_short_exc(e) + _frames(e, setup.get("solution_path") or setup["problem_path"])))
-        return
-    for line in cmd_in:
-        cmd = Command.model_validate_json(line)
-        if cmd.op == "exit":
-            return
-        try:
-            if cmd.op == "build":
-                runner.build(cmd.init_seed or 0)
-                params = getattr(runner.model, "parameters", None)
-                reply = Reply(op="build", ok=True,
-                              param_count=sum(p.numel() for p in params()) if callable(params) else 0)
-            elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
-                reply = Reply(op="trials", ok=True, blob_sizes=[sum(len(p) for p in b) for b in blobs], **seen)
-                reply.blobs = blobs
-            elif cmd.op == "lint" and runner.role == "reference":
-                reply = Reply(op="lint", ok=True, **runner.lint(cmd))
-            elif cmd.op == "time":
-                reply = Reply(op="time", ok=True, **runner.time(cmd))
-            elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
-                reply = Reply(op="quiet", ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
-            elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="profiler", ok=True, **runner.start_profiler(cmd.kernel_list))
-            elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0]))
-            else:
-                reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
-        except InterfaceError as e:
-            reply = Reply(op=cmd.op, ok=False, error_kind="interface_error", error=str(e))
-        except BaseException as e:  # noqa: BLE001
-            reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error",
-                          error=_short_exc(e) + _frames(e, setup.get("solution_path") or "problem_module"))
-        _send(rep_fd, reply)
-        for blob in reply.blobs:  # each a list of buffers (payload.encode)
-            for part in blob:
-                _write_all(rep_fd, part)
-        if not reply.ok:
-            return  # a failed candidate may hold a poisoned CUDA context: never reuse it
-
-
-def set_dumpable(dumpable: bool) -> None:
-    """Other processes of this user (a candidate) cannot read this one's memory or file descriptors
-    through /proc or ptrace once it is not dumpable (Linux)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, int(dumpable), 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:
-        pass
-
-
-def is_dumpable() -> Optional[int]:
-    """PR_GET_DUMPABLE (Linux); None where it cannot be asked."""
-    try:
-        import ctypes
-        return ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)
-    except Exception:
-        return None
-
-
-def preload_imports(fork_safe: bool = False) -> None:
-    """A standby's start: what the candidate role imports anyway, and nothing that runs a problem's
-    or a solution's code or creates a CUDA context (the setup, and the device, are not known yet).
-    `fork_safe`: for a fork server (forkserver.py), leaving the CUDA driver uninitialised, since a
-    forked child could not use it then."""
-    import torch
-    import torch.profiler  # noqa: F401  (the kernel list after timing; importing attaches nothing)
-    from . import problems, records  # noqa: F401
-    from .timing import loop  # noqa: F401  (and the hold, fingerprints and NVML monitor it imports)
-    if not fork_safe:
-        import torch.utils.cpp_extension  # noqa: F401
-        return
-    # torch.utils.cpp_extension's import asks torch.cuda.is_available() (cuInit) wherever nvcc is
-    # installed, only to print a warning where no device answers; everything else it sets up is paths
-    # and flags. Asked nothing here, so that each forked child does not import it (setuptools and
-    # all: about 0.6 s with its cuInit) and the driver starts in the child's own priming instead
-    real = torch.cuda.is_available
-    torch.cuda.is_available = lambda: True
-    try:
-        import torch.utils.cpp_extension  # noqa: F401
-    finally:
-        torch.cuda.is_available = real
-
-
-def _preload(rep_fd: int) -> None:
-    import torch
-
-    from .records import Reply
-    preload_imports()
-    _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
-                                                       "cuda_initialized": str(torch.cuda.is_initialized())}))
-
-
 def start_profiler() -> None:
     """One empty profiler session: CUPTI's start-up (4-6 s of host work on an H200 machine), after
     which a listing's own session takes milliseconds."""
@@ -597,59 +330,3 @@ def start_profiler() -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         pass
     prof.events()
-
-
-def _prime(rep_fd: int, device: str) -> None:
-    """A standby's second step, asked for by the parent in a stoppable phase of the slot's gate (it
-    touches the GPU, so a timing stops it): the CUDA context, and the timing primitives pinned with
-    the launch hold built and checked, which a candidate's load would otherwise do (0.7 s of it on an
-    H200 machine). Still no problem's or
-    solution's code: pinning here is as early as pinning in Runner, and the reference role, which
-    also takes standbys, only ever reads what pin() keeps."""
-    import torch
-
-    from .records import Reply
-    from .timing.hold import is_pinned, pin, pinned
-    if device == "cuda":
-        torch.cuda.init()
-    pin(torch)
-    notes = {"cuda_initialized": str(torch.cuda.is_initialized()), "pinned": str(is_pinned()),
-             "hold": str(pinned("hold") is not None)}
-    _send(rep_fd, Reply(op="prime", ok=True, notes=notes))
-
-
-def main() -> None:
-    nondumpable = bool(os.environ.pop("HARNESS_NONDUMPABLE", None))
-    standby = bool(os.environ.pop("HARNESS_STANDBY", None))
-    # a standby waits while the previous candidate runs: that one must not be able to reach into it
-    # (its command pipe through /proc) and write the next candidate's setup
-    if nondumpable or standby:
-        set_dumpable(False)
-    cmd_in, rep_fd = _channel()
-    if standby:
-        _preload(rep_fd)
-    while True:
-        line = cmd_in.readline()
-        if not line:  # the parent went away before sending a setup
-            os._exit(0)
-        setup = json.loads(line)
-        if not (standby and setup.get("op") == "prime"):
-            break
-        _prime(rep_fd, setup.get("device", "cpu"))
-    if standby:
-        if setup.get("role") not in ("candidate", "reference"):  # the "exit" that close() sends
-            os._exit(0)
-        if setup["role"] == "candidate" and not nondumpable:
-            set_dumpable(True)  # from here on, a candidate exactly like a fresh one
-        # a reference stays as it started: not dumpable, out of a candidate's reach
-    os.environ.update(setup.get("env") or {})
-    if setup.get("role") == "compile":
-        run_compile(setup, rep_fd)
-    else:
-        serve(setup, cmd_in, rep_fd)
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown: extension destructors may crash after a CUDA fault
-
-
-if __name__ == "__main__":
-    main()

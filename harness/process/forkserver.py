@@ -1,9 +1,9 @@
 """Standby workers forked from one interpreter that imported torch once.
 
-A fresh `python -m harness.worker` pays 2-4 s of CPU for the torch import before it can take a
+A fresh `python -m harness.process.child` pays 2-4 s of CPU for the torch import before it can take a
 candidate; a batch slot starts one per evaluation and per reference, and on a GPU machine those imports
 competed with the builds (cold) and held up the next load (warm). A fork server imports once
-(`worker.preload_imports`: no CUDA context, no problem's or solution's code) and forks each standby
+(`child.preload_imports`: no CUDA context, no problem's or solution's code) and forks each standby
 from there in milliseconds.
 
 The server imports nothing that initialises the CUDA driver (a child forked after that cannot use
@@ -16,7 +16,7 @@ What a forked standby shares with a fresh one, so that a verdict cannot depend o
 - not dumpable from its start, like every standby; the server is not dumpable either, so a
   candidate (its child) cannot reach into it to change what later standbys, references among them,
   start from;
-- then exactly `worker.main()`, as a standby.
+- then exactly `child.main()`, as a standby.
 
 The server reaps its children and reports each exit status, since they are not the harness's own
 children. If the server dies (a candidate may kill it: it is a process of the same user), its
@@ -40,6 +40,8 @@ import sys
 import threading
 import time
 from typing import Optional
+
+from .pipes import Tail
 
 # an exit the server could not report (it died first): no status known
 EXIT_UNKNOWN = -1000
@@ -74,8 +76,7 @@ class ForkServer:
     """One server process for one environment (a Standby's). Thread-safe."""
 
     def __init__(self, env: dict[str, str], cpus: Optional[set[int]] = None):
-        from .cpus import restrict
-        from .isolation import _Tail
+        from ..cpus import restrict
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         senv = dict(env)
@@ -84,13 +85,14 @@ class ForkServer:
         senv.update(_SERVER_ONLY_ENV)
         senv["PYTHONUNBUFFERED"] = "1"
         senv["HARNESS_FORKSERVER_FD"] = str(theirs.fileno())
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.forkserver"], stdin=subprocess.DEVNULL,
-                                     stdout=out_w, stderr=out_w, pass_fds=(theirs.fileno(),), env=senv,
-                                     start_new_session=True, close_fds=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.process.forkserver"],
+                                     stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                                     pass_fds=(theirs.fileno(),), env=senv, start_new_session=True,
+                                     close_fds=True)
         restrict(self.proc.pid, cpus)  # inherited by every child
         theirs.close()
         os.close(out_w)
-        self._tail = _Tail(out_r)
+        self._tail = Tail(out_r)
         self._tail.start()
         self.sock = mine
         self._lock = threading.Lock()      # one fork request at a time
@@ -228,7 +230,7 @@ def _send(sock: socket.socket, obj: dict) -> None:
 
 
 def _child(fds: list[int], keep_env: dict, sync_w: int) -> None:
-    """In the forked child: become a standby exactly as `python -m harness.worker` would."""
+    """In the forked child: become a standby exactly as `python -m harness.process.child` would."""
     try:
         os.setsid()  # its own group before the server tells the parent its pid (pause, kill)
         os.write(sync_w, b"s")
@@ -256,14 +258,14 @@ def _child(fds: list[int], keep_env: dict, sync_w: int) -> None:
         os.environ.pop("HARNESS_FORKSERVER_ENV", None)
         os.environ["HARNESS_WORKER_FDS"] = f"{cmd_r},{rep_w}"
         os.environ["HARNESS_STANDBY"] = "1"
-        from . import worker
-        worker.main()
+        from . import child
+        child.main()
     finally:
         os._exit(70)
 
 
 def main() -> None:
-    from .worker import is_dumpable, preload_imports, set_dumpable
+    from .child import is_dumpable, preload_imports, set_dumpable
     set_dumpable(False)
     sock = socket.socket(fileno=int(os.environ["HARNESS_FORKSERVER_FD"]))
     keep_env = json.loads(os.environ["HARNESS_FORKSERVER_ENV"])

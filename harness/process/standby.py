@@ -1,0 +1,176 @@
+"""Children started ahead of need: a `Standby` keeps candidate processes for a device slot's
+environment, each having paid for the interpreter and the torch import (forked from the slot's fork
+server where it can, forkserver.py) while the previous candidate was still running; it waits for its
+setup line. A batch slot's references take from it too.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from collections import deque
+from typing import Callable, Optional
+
+from .forkserver import ForkServer
+from .worker import Worker, close_all
+
+
+# Read by torch when an extension is loaded, not when it is imported: the only part of a candidate's
+# environment that may differ between candidates, so it arrives with the setup instead
+LATE_ENV = ("TORCH_EXTENSIONS_DIR",)
+
+
+def _early(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in LATE_ENV}
+
+
+def _dumpable_ok(env: dict[str, str]) -> dict[str, str]:
+    """`env` without the reference's request not to be dumpable, which every standby honours already."""
+    return {k: v for k, v in env.items() if k != "HARNESS_NONDUMPABLE"}
+
+
+class Standby:
+    """Candidate children kept started for a fixed environment (a device slot's), `depth` of them:
+    each needs seconds to start (interpreter, torch import), and once evaluations take only a few
+    seconds themselves one replacement started per evaluation is not ready in time. Thread-safe: the
+    evaluations sharing a device slot take from one Standby.
+
+    `prime` (the slot's device): each one, once started, is also primed (Worker.prime: CUDA context,
+    timing primitives pinned) by a thread of its own inside a stoppable phase of the slot's `gate`,
+    so that it never runs GPU work beside a timing run (the timing stops it). A worker taken before its turn came is handed
+    out unprimed and pins for itself, as a fresh one does."""
+
+    def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
+                 prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
+        from ..batch.sharing import SoloGate
+        self.env = _early(env)
+        self.depth = max(1, depth)
+        self.cpus = cpus  # where they start up: off the slot's timing CPU (cpus.py)
+        self.prime_device = prime
+        self.gate = gate or SoloGate()
+        self.timeout = timeout
+        # one torch import for all of them (forkserver.py); None: each imports its own
+        self.server = ForkServer(self.env, cpus) if fork else None
+        self._cv = threading.Condition()
+        # id(worker) -> "starting" (its thread waits for the preload), "queued" (for the gate),
+        # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
+        self._state: dict[int, str] = {}
+        self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
+
+    def _spawn(self) -> Worker:
+        w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout)
+        if self.prime_device:
+            self._state[id(w)] = "starting"
+            threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
+        return w
+
+    def _move(self, w: Worker, frm: str, to: str) -> bool:
+        with self._cv:
+            if self._state.get(id(w)) != frm:
+                return False  # taken or closed meanwhile
+            self._state[id(w)] = to
+            self._cv.notify_all()
+            return True
+
+    def _prime(self, w: Worker) -> None:
+        try:
+            if not w.ready(self.timeout):
+                self._move(w, "starting", "done")
+                return
+            if not self._move(w, "starting", "queued"):
+                return
+            with self.gate.stoppable() as phase:
+                phase.add(w)
+                if self._move(w, "queued", "priming") and not w.prime(self.prime_device, self.timeout):
+                    w.kill()  # it may still be priming: it would answer "prime" to its setup
+        except Exception:  # noqa: BLE001 - closed under it: take() falls back to a fresh worker
+            pass
+        finally:
+            with self._cv:
+                if self._state.get(id(w)) in ("starting", "priming"):
+                    self._state[id(w)] = "done"
+                self._cv.notify_all()
+
+    def _settled(self, w: Worker, timeout: float) -> bool:
+        """Under self._cv, for a worker with a priming thread: wait until that thread is neither
+        reading its preload nor priming. Neither needs the gate, so a caller inside a shared phase
+        cannot deadlock here. False when it is still at it after `timeout` (hung)."""
+        return self._cv.wait_for(lambda: self._state[id(w)] not in ("starting", "priming"), timeout)
+
+    def _claim(self, w: Worker, timeout: float) -> bool:
+        """Make `w` this thread's to use: its priming thread, if any, is past the preload and either
+        done or told not to start (never left mid-way). True when `w` is ready and alive."""
+        with self._cv:
+            if id(w) in self._state:
+                if not self._settled(w, timeout):
+                    return False  # the caller closes it
+                if self._state[id(w)] == "queued":
+                    self._state[id(w)] = "taken"
+        return w.ready(timeout) and w.returncode is None
+
+    @property
+    def idle(self) -> Optional[Worker]:
+        """The one the next take() hands out."""
+        return self.pool[0] if self.pool else None
+
+    def take(self, setup: dict, env: dict[str, str], timeout: float,
+             on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
+        """A candidate or reference worker for `setup`, as Worker(setup, env=env) would give: the
+        oldest idle one when `env` matches (a fresh one if it died meanwhile), its replacement started
+        at once. A standby is not dumpable from its start, as a reference must be (HARNESS_NONDUMPABLE),
+        and has run nothing but the harness's imports, so either role may have it: a reference then
+        starts in about a second instead of four (the torch import), under the slot's gate.
+        `on_worker`: told of the worker before it is sent its setup (a stoppable phase of the gate,
+        which must be able to stop it before it runs any of the solution's code)."""
+        tell = on_worker or (lambda w: None)
+        if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
+            cand = Worker(setup, env=env)
+            tell(cand)
+            return cand
+        with self._cv:
+            idle = self.pool.popleft() if self.pool else None
+        if idle is not None and self._claim(idle, timeout):
+            tell(idle)
+            idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
+            cand = idle
+        else:
+            if idle is not None:
+                idle.close(grace=0)
+            cand = Worker(setup, env=env)  # a fresh interpreter: seconds before it imports anything
+            tell(cand)
+        with self._cv:
+            if idle is not None:
+                self._state.pop(id(idle), None)
+            while len(self.pool) < self.depth:
+                self.pool.append(self._spawn())
+        return cand
+
+    def reserve(self, n: int) -> None:
+        """Make sure `n` are started for the takes that follow at once (a side's further processes,
+        candidate or reference): the pool's replacements otherwise start one per take, so a group of
+        7 primed about two at a time, one after another (bench/diag/further_start.py). Those not
+        taken stay in the pool for later evaluations."""
+        with self._cv:
+            while len(self.pool) < n:
+                self.pool.append(self._spawn())
+
+    def settle(self, timeout: float) -> None:
+        """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""
+        with self._cv:
+            pool = list(self.pool)
+        for w in pool:
+            with self._cv:
+                if id(w) in self._state:
+                    self._settled(w, timeout)
+                    continue
+            w.ready(timeout)
+
+    def close(self) -> None:
+        with self._cv:
+            pool, self.pool = list(self.pool), deque()
+            for w in pool:
+                if id(w) in self._state:
+                    self._state[id(w)] = "taken"
+            self._cv.notify_all()
+        close_all([functools.partial(w.close, grace=0) for w in pool])
+        if self.server is not None:
+            self.server.close()

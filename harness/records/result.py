@@ -1,0 +1,127 @@
+"""The record of one evaluation and its parts: every result row on disk is an `EvalResult`.
+
+A result is data, not a dict assembled in five places.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, Enum):
+    passed = "passed"
+    incorrect = "incorrect"
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    no_code = "no_code"
+    interface_error = "interface_error"
+    rejected = "rejected"
+
+
+class Stats(BaseModel):
+    """Summary of timing samples, in milliseconds."""
+
+    median: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    count: int
+    rel_sem: float = Field(description="standard error of the mean over the mean")
+
+
+class EnvInfo(BaseModel):
+    """Hardware and software fingerprint written beside every number."""
+
+    device: str
+    gpu_name: Optional[str] = None
+    gpu_uuid: Optional[str] = None
+    compute_capability: Optional[str] = None
+    driver: Optional[str] = None
+    cuda: Optional[str] = None
+    torch: str
+    python: str
+    harness: str
+    hostname: str
+    cpu: Optional[str] = None
+    sm_clock_mhz: Optional[int] = None
+    mem_clock_mhz: Optional[int] = None
+    temperature_c: Optional[int] = None
+
+
+class TrialCheck(BaseModel):
+    """One correctness trial as judged by the parent."""
+
+    seed_index: int
+    shape: str = "default"
+    ok: bool
+    max_abs_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    rel_l2_diff: Optional[float] = None
+    reason: Optional[str] = None
+
+
+class PhaseTimes(BaseModel):
+    extract_s: float = 0.0
+    compile_s: float = 0.0
+    load_s: float = 0.0
+    correctness_s: float = 0.0
+    timing_s: float = 0.0
+    total_s: float = 0.0
+    # parts of correctness_s: the candidate's trials and their transfer, the reference's start (the
+    # first solution of a problem pays it), judging in the parent. profile_s: the profiled forward
+    # that lists the candidate's GPU kernels, after timing (in total_s, not in correctness_s), and
+    # profiler_start_s readying CUPTI before it (cupti.py; torch.profiler's start-up where CUPTI
+    # cannot be called directly), outside the device slot's gate
+    trials_s: float = 0.0
+    reference_s: float = 0.0
+    judge_s: float = 0.0
+    profiler_start_s: Optional[float] = None
+    profile_s: Optional[float] = None
+    # time spent waiting at the device slot's gate (evaluations sharing a GPU: another one being
+    # timed); in total_s, in none of the phases above
+    wait_s: float = 0.0
+    # time this evaluation's timing waited for the GPU to be quiet of stopped neighbours' work
+    # (sharing.DeviceGate.stoppable); in timing_s
+    quiet_s: float = 0.0
+    # readying processes for timing, outside the timing phase: the candidate's first timing request
+    # (timing.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
+    # a side is timed in several (timing.processes_for); in total_s, not in timing_s
+    processes_s: float = 0.0
+
+
+class EvalResult(BaseModel):
+    """The record of one evaluation: printed by `harness eval --json`, one line of results.jsonl."""
+
+    problem: str
+    solution: str
+    status: Status
+    flags: list[str] = Field(default_factory=list)
+    speedup: Optional[float] = None
+    speedup_ci: Optional[tuple[float, float]] = None
+    speedup_compile: Optional[float] = None
+    compile_runtime_ms: Optional[float] = None
+    runtime_ms: Optional[float] = None
+    ref_runtime_ms: Optional[float] = None
+    runtime_stats: Optional[Stats] = None
+    ref_runtime_stats: Optional[Stats] = None
+    max_abs_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    rel_l2_diff: Optional[float] = None
+    trials: list[TrialCheck] = Field(default_factory=list)
+    error: Optional[str] = None
+    log_tail: Optional[str] = None
+    env: Optional[EnvInfo] = None
+    phases: PhaseTimes = Field(default_factory=PhaseTimes)
+    timing_method: dict[str, Any] = Field(default_factory=dict)
+    label: Optional[str] = None
+    solution_hash: Optional[str] = None
+    problem_hash: Optional[str] = None
+    config_hash: Optional[str] = None
+    config: Optional[dict[str, Any]] = None  # the effective config (harness eval; a batch writes config.json)
+    device: Optional[str] = None
+    harness_version: Optional[str] = None
+    started_at: Optional[str] = None
