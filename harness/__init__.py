@@ -3,7 +3,7 @@
     from harness import evaluate
     result = evaluate("solutions/relu_add/cpp_relu_add.py", "relu_add")
 """
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["evaluate", "load_config", "__version__"]
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from . import __version__
+from .version import __version__
 
 
 def _console(stderr: bool = True):

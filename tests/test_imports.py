@@ -17,26 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "harness"
 
-# Edges that close a cycle today through modules other branches of the restructure (issue 37) are
-# reworking; each is left out of the cycle check until those branches are merged. The lead empties
-# this set after merging: it must be empty at the end. (importer, imported)
-KNOWN_CYCLE_EDGES_TO_REMOVE_AFTER_MERGE: set[tuple[str, str]] = {
-    # harness/__init__.py's lazy `evaluate` (its __getattr__). Every module that takes `__version__`
-    # from the package imports `harness` itself, and through this edge reaches evaluation and all it
-    # imports: evaluation -> harness closes a cycle, and process.child -> harness one through build,
-    # process.worker and process.forkserver (which runs the child). Gone once no module imports the
-    # package `harness` itself (say `__version__` from a leaf module), or `harness` imports nothing.
-    ("harness", "harness.evaluation"),
-}
-# Private names (a leading underscore) taken across modules today by modules other branches rework;
-# emptied by the lead after merging, like the set above. (importer, "module.name")
-KNOWN_PRIVATE_IMPORTS_TO_REMOVE_AFTER_MERGE: set[tuple[str, str]] = {
-    ("harness.cli", "harness.batch._kill_children"),
-}
-
 # the parent's orchestration: never imported by a child process
-PARENT_ONLY = ("harness.evaluation", "harness.batch", "harness.executor", "harness.sharing", "harness.lint",
-               "harness.reference", "harness.cli", "harness.leaderboard")
+PARENT_ONLY = ("harness.evaluation", "harness.stages", "harness.batch", "harness.lint", "harness.reference",
+               "harness.cli", "harness.leaderboard")
 
 
 def _module_name(path: Path) -> str:
@@ -87,11 +70,11 @@ def _imports(module: str, source: str | None = None) -> list[tuple[str, str, int
     return found
 
 
-def _graph(allowed: set[tuple[str, str]] = frozenset()) -> dict[str, set[str]]:
+def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for m in MODULES:
         for target, _, _ in _imports(m):
-            if target != m and (m, target) not in allowed:
+            if target != m:
                 graph[m].add(target)
     return graph
 
@@ -199,18 +182,11 @@ def test_the_graph_reads_every_kind_of_import():
 
 
 def test_no_import_cycle():
-    graph = _graph(KNOWN_CYCLE_EDGES_TO_REMOVE_AFTER_MERGE)
+    graph = _graph()
     tangles = _components(graph)
     assert not tangles, "import cycles in harness/ (function-local imports count):\n" + "\n".join(
         f"  {' -> '.join(_path_back(graph, comp))}\n    (modules in this tangle: {', '.join(comp)})"
         for comp in tangles)
-
-
-def test_the_known_cycle_edges_are_still_there():
-    """An edge on the list that no module has any more is taken off it (the list only shrinks)."""
-    full = _graph()
-    gone = sorted(e for e in KNOWN_CYCLE_EDGES_TO_REMOVE_AFTER_MERGE if e[1] not in full.get(e[0], ()))
-    assert not gone, f"no longer imported, take these off KNOWN_CYCLE_EDGES_TO_REMOVE_AFTER_MERGE: {gone}"
 
 
 def test_no_module_takes_another_modules_private_name():
@@ -235,11 +211,8 @@ def test_no_module_takes_another_modules_private_name():
                     and node.value.id in modules_bound and _private(node.attr)
                     and modules_bound[node.value.id] != m):
                 taken.add((m, f"{modules_bound[node.value.id]}.{node.attr}"))
-    new = sorted(taken - KNOWN_PRIVATE_IMPORTS_TO_REMOVE_AFTER_MERGE)
-    assert not new, "private names taken across modules (make them public where shared):\n" + "\n".join(
-        f"  {m} takes {n}" for m, n in new)
-    gone = sorted(KNOWN_PRIVATE_IMPORTS_TO_REMOVE_AFTER_MERGE - taken)
-    assert not gone, f"no longer taken, take these off KNOWN_PRIVATE_IMPORTS_TO_REMOVE_AFTER_MERGE: {gone}"
+    assert not taken, "private names taken across modules (make them public where shared):\n" + "\n".join(
+        f"  {m} takes {n}" for m, n in sorted(taken))
 
 
 def _private(name: str) -> bool:
@@ -249,7 +222,7 @@ def _private(name: str) -> bool:
 def test_the_child_reaches_none_of_the_parents_orchestration_by_its_imports():
     """Every harness module the child imports, at start-up or in any function, and all they import:
     none of the parent's orchestration."""
-    reach = _reachable(_graph(KNOWN_CYCLE_EDGES_TO_REMOVE_AFTER_MERGE), "harness.process.child")
+    reach = _reachable(_graph(), "harness.process.child")
     bad = sorted(m for m in reach if any(m == p or m.startswith(p + ".") for p in PARENT_ONLY))
     assert not bad, f"the child process (harness.process.child) reaches {bad}"
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from .. import __version__
+from ..version import __version__
 from ..build import torch_versions
 from .executor import DeviceSlot
 from .plan import BatchError

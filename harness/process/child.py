@@ -61,7 +61,7 @@ def _frames(e: BaseException, filename_hint: str) -> str:
 def fingerprint(device: str) -> dict[str, Any]:
     import torch
 
-    from .. import __version__
+    from ..version import __version__
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),
         "harness": __version__, "hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import __version__
+from ..version import __version__
 from ..config import Config, Tolerance
 from ..process.standby import Standby
 from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
