@@ -20,7 +20,7 @@ from typing import Optional
 
 from .cpus import Lender
 from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
-from .records.messages import CompileReply
+from .records.messages import CompileReply, Setup
 
 
 def source_file(code: str, original: Path, cache_dir: Path, extracted: bool) -> Path:
@@ -177,7 +177,7 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
     known = remembered_failure(ext_dir) or remembered_build(ext_dir)
     if known is not None:
         return known[0], None, known[1], 0.0
-    setup = {"role": "compile", "solution_path": str(module_path), "device": device}
+    setup = Setup(role="compile", solution_path=str(module_path), device=device)
     w = Worker(setup, env=child_env(ext_dir, device, extra_env), cpus=cpus)
     if idle:
         _background(w.proc.pid)

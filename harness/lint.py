@@ -13,7 +13,7 @@ import torch
 from .config import Config, Tolerance
 from .correctness import compare_tensors
 from .problems import Problem
-from .records.messages import Command
+from .records.messages import LintCommand
 from .reference import ReferenceError, ReferenceSession, meta_issues, read_meta, tolerance_for
 
 
@@ -74,7 +74,7 @@ def _outputs(problem: Problem, cfg: Config, device: str, size: str) -> tuple[lis
         tol = tolerance_for(cfg, None if cfg.dtype == "auto" else cfg.dtype, meta)
     except ReferenceError:  # a dtype it has no tolerance for: named by the meta check, nothing to run
         return [], {}
-    cmd = Command(op="lint", init_seed=rng.getrandbits(62), init_seed_b=rng.getrandbits(62),
+    cmd = LintCommand(init_seed=rng.getrandbits(62), init_seed_b=rng.getrandbits(62),
                   seeds=[rng.getrandbits(62), rng.getrandbits(62)], atol=tol.atol, rtol=tol.rtol,
                   rel_l2=tol.rel_l2)
     w = ReferenceSession(problem, cfg, device, size, None if cfg.dtype == "auto" else cfg.dtype).spawn_reference()

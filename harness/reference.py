@@ -18,7 +18,7 @@ from .config import Config, Tolerance
 from .process.standby import Standby
 from .process.worker import Worker
 from .problems import Problem
-from .records.messages import Command
+from .records.messages import BuildCommand, Setup, TrialsCommand
 from .records.result import EnvInfo
 
 if TYPE_CHECKING:
@@ -181,19 +181,19 @@ class ReferenceSession:
         self.meta = meta
         self.plan = make_plan(self.rng, self.cfg.correctness.trials, extra)
 
-    def setup_dict(self, role: str, solution_path: Optional[str] = None) -> dict[str, Any]:
-        return {"role": role, "problem_path": str(self.problem.path), "solution_path": solution_path,
-                "device": self.device, "size": self.size, "dtype": self.dtype,
-                "cpu_threads": self.cfg.timing.cpu_threads, "allow_tf32": self.cfg.correctness.allow_tf32}
+    def setup_for(self, role: str, solution_path: Optional[str] = None) -> Setup:
+        return Setup(role=role, problem_path=str(self.problem.path), solution_path=solution_path, device=self.device,
+                     size=self.size, dtype=self.dtype, cpu_threads=self.cfg.timing.cpu_threads,
+                     allow_tf32=self.cfg.correctness.allow_tf32)
 
     def spawn_reference(self, on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
         """A reference worker for this problem; its memory and fds are closed to other processes."""
         env = child_env(Path(self.cfg.cache_dir).resolve() / "ext" / "reference", self.device,
                         {**(self.env_extra or {}), "HARNESS_NONDUMPABLE": "1"})
         if self.standby is not None:
-            return self.standby.take(self.setup_dict("reference"), env, self.cfg.timeouts.problem_s,
+            return self.standby.take(self.setup_for("reference"), env, self.cfg.timeouts.problem_s,
                                      on_worker=on_worker)
-        w = Worker(self.setup_dict("reference"), env=env)
+        w = Worker(self.setup_for("reference"), env=env)
         if on_worker is not None:
             on_worker(w)
         return w
@@ -218,10 +218,10 @@ class ReferenceSession:
             if not load.ok:
                 raise ReferenceError(f"problem {self.problem.name} failed to load: {load.error}")
             self.env = load.env
-            reply, _ = self.worker.request(Command(op="build", init_seed=self.plan.init_seed), to)
+            reply, _ = self.worker.request(BuildCommand(init_seed=self.plan.init_seed), to)
             if not reply.ok:
                 raise ReferenceError(f"problem {self.problem.name}: Model failed to build: {reply.error}")
-            reply, _ = self.worker.request(Command(op="trials", seeds=self.plan.seeds, shapes=self.plan.shapes), to)
+            reply, _ = self.worker.request(TrialsCommand(seeds=self.plan.seeds, shapes=self.plan.shapes), to)
             if not reply.ok:
                 raise ReferenceError(f"problem {self.problem.name}: reference forward failed: {reply.error}")
             from .correctness import load_trial
@@ -266,7 +266,7 @@ class ReferenceSession:
                     if not load.ok:
                         raise ReferenceError(f"problem {self.problem.name} failed to load again: {load.error}")
                 # each step sent to every process, then their replies read: they work at once
-                steps = ((lambda: Command(op="build", init_seed=self.plan.init_seed), "Model failed to build again"),
+                steps = ((lambda: BuildCommand(init_seed=self.plan.init_seed), "Model failed to build again"),
                          (lambda: warm_up(self.cfg.timing, self.rng, spans), "timing failed in a further process"))
                 for make, what in steps:
                     sent = [(w, cmd, w.send(cmd)) for w in new for cmd in (make(),)]

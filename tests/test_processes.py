@@ -129,7 +129,7 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
         # every pair contributes its kept calls (at least cpu_min_calls each)
         assert r.runtime_stats.count >= 3 * cfg.timing.cpu_min_calls
         assert r.phases.processes_s > 0
-        assert [st.get("poison_max_bytes") for st in setups] == [None] + [candidate.FURTHER_POISON_BYTES] * 2
+        assert [st.poison_max_bytes for st in setups] == [None] + [candidate.FURTHER_POISON_BYTES] * 2
         extra = [w.pid for w in ref.extra]
         assert len(extra) == 2 and all(w.returncode is None for w in ref.extra)
         r2 = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)

@@ -184,20 +184,20 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
     from harness.build import child_env
     from harness.process.worker import Worker, WorkerTimeout
     from harness.problems import find_problem
-    from harness.records.messages import Command
+    from harness.records.messages import BuildCommand, TrialsCommand
     exp = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
     setup = {"role": "candidate", "problem_path": str(find_problem(exp.problem).path),
              "solution_path": str(exp.path), "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
     w = Worker(setup, env=child_env(tmp_path / "ext", "cpu"))
     try:
         assert w.wait_reply("load", 120).ok
-        assert w.request(Command(op="build", init_seed=1), 60)[0].ok
+        assert w.request(BuildCommand(init_seed=1), 60)[0].ok
         assert not w.out_of_step
         stop, go = threading.Timer(0.3, w.pause), threading.Timer(1.8, w.resume)
         stop.start(), go.start()
         t0 = time.perf_counter()
         with pytest.raises(WorkerTimeout):
-            w.request(Command(op="trials", seeds=[1], shapes=[{}]), 1.0)
+            w.request(TrialsCommand(seeds=[1], shapes=[{}]), 1.0)
         waited = time.perf_counter() - t0
         go.join()
         assert 2.4 < waited < 4.0, waited
@@ -405,7 +405,7 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
     not wait for them (its gate stops this candidate meanwhile). The profiled forward itself runs the
     solution on the device: a shared phase."""
     from harness.config import load_config
-    from harness.records.messages import Reply
+    from harness.records.messages import KernelsReply, ProfilerReply
     from harness.records.result import EvalResult, PhaseTimes, Status
     from harness.stages.context import Context
     from harness.stages.kernels import run_listing
@@ -418,8 +418,8 @@ def test_the_profilers_start_up_holds_no_shared_phase_and_the_listing_does():
             seen.append((cmd.op, gate._readers))
             if cmd.op == "profiler":
                 assert cmd.kernel_list == "cupti"
-                return Reply(op="profiler", ok=True, profile_s=3.5, notes={"kernel_list": "cupti"}), 3.5
-            return Reply(op="kernels", ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01,
+                return ProfilerReply(ok=True, profile_s=3.5, notes={"kernel_list": "cupti"}), 3.5
+            return KernelsReply(ok=True, kernels_seen=["my_relu_kernel(float*)"], profile_s=0.01,
                          notes={"kernel_list": "cupti"}), 0.01
 
     res = EvalResult(problem="p", solution="s", status=Status.passed, flags=["no_custom_kernel"])

@@ -110,9 +110,10 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
 
 def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
     from harness.process.runner import Runner
+    from harness.records.messages import Setup
     setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
              "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
-    runner = Runner(setup)
+    runner = Runner(Setup(**setup))
     torch.manual_seed(99)
     state = torch.get_rng_state()
     x1, x2, y = runner.make_inputs(5), runner.make_inputs(5), runner.make_inputs(6)
@@ -299,9 +300,9 @@ class _FakeTimed:
         self.ms, self.claimed, self.returncode = ms, claimed_mhz, None
 
     def request(self, cmd, timeout):
-        from harness.records.messages import Reply
+        from harness.records.messages import TimeReply
         n = len(cmd.seeds)
-        return Reply(op="time", ok=True, times_ms=[self.ms] * n, host_ms=[self.ms + 0.05] * n,
+        return TimeReply(ok=True, times_ms=[self.ms] * n, host_ms=[self.ms + 0.05] * n,
                      fingerprints=[[] for _ in range(n)], clocks_mhz=[self.claimed] * n,
                      max_clock_mhz=1980), n * (self.ms + 0.1) / 1e3
 
@@ -407,12 +408,12 @@ class _GraphFake(_FakeTimed):
         self.fail, self.modes = fail, []
 
     def request(self, cmd, timeout):
-        from harness.records.messages import Reply
+        from harness.records.messages import TimeReply
         self.modes.append(cmd.cuda_graph)
         if cmd.cuda_graph:
             if self.fail:
-                return Reply(op="time", ok=False, error="Offset increment outside graph capture"), 0.01
-            return Reply(op="time", ok=True, flags=["cuda_graph_unavailable"], max_clock_mhz=1980), 0.01
+                return TimeReply(ok=False, error="Offset increment outside graph capture"), 0.01
+            return TimeReply(ok=True, flags=["cuda_graph_unavailable"], max_clock_mhz=1980), 0.01
         return super().request(cmd, timeout)
 
 

@@ -24,6 +24,7 @@ import time
 import traceback
 from typing import Any, Optional
 
+from ..records.messages import Prime, Setup
 from .runner import InterfaceError, Runner
 
 
@@ -91,7 +92,7 @@ class NeedsCuda(RuntimeError):
     pass
 
 
-def run_compile(setup: dict, rep_fd: int) -> None:
+def run_compile(setup: Setup, rep_fd: int) -> None:
     """Execute the solution module with load_inline wrapped, so that build failures are told apart
     from other import errors and a CUDA build on a machine without CUDA fails in one clear line."""
     import torch
@@ -107,13 +108,13 @@ def run_compile(setup: dict, rep_fd: int) -> None:
     real_inline, real_load = cpp.load_inline, cpp.load
     # CUDA sources are buildable only for a CUDA evaluation: on the CPU path their kernels could never
     # run, whatever this machine has (a GPU machine evaluating with --device cpu included)
-    has_cuda = setup.get("device") == "cuda" and (torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST")))
+    has_cuda = setup.device == "cuda" and (torch.cuda.is_available() or bool(os.environ.get("TORCH_CUDA_ARCH_LIST")))
 
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         if cuda_sources and not has_cuda:
             failure["category"] = "needs_cuda"
             raise NeedsCuda(f"extension {name!r} has cuda_sources but this evaluation has no CUDA device "
-                            f"(device={setup.get('device')}, torch {torch.__version__}); run it on a GPU machine")
+                            f"(device={setup.device}, torch {torch.__version__}); run it on a GPU machine")
         kernels.extend(kernel_names(cuda_sources))
         try:
             mod = real_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
@@ -136,7 +137,7 @@ def run_compile(setup: dict, rep_fd: int) -> None:
         return mod
 
     cpp.load_inline, cpp.load = load_inline, load
-    path = setup["solution_path"]
+    path = setup.solution_path
     try:
         source = open(path).read()
         code = compile(source, path, "exec")
@@ -175,50 +176,51 @@ def compiler_errors(text: str, limit: int = 40) -> str:
 # --------------------------------------------------------------------------------------------------
 # candidate / reference roles: the command loop around runner.Runner
 
-def serve(setup: dict, cmd_in, rep_fd: int) -> None:
-    from ..records.messages import Command, Reply
+def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
+    from ..records.messages import (COMMAND, BuildReply, KernelsReply, LintReply, LoadReply, ProfilerReply,
+                                    QuietReply, TimeReply, TrialsReply, failed)
 
     try:
         runner = Runner(setup)
         t0 = time.perf_counter()
-        env = fingerprint(setup["device"])
-        _send(rep_fd, Reply(op="load", ok=True, env=env,
-                            notes={**runner.steps, "fingerprint_s": f"{time.perf_counter() - t0:.3f}"}))
+        env = fingerprint(setup.device)
+        _send(rep_fd, LoadReply(ok=True, env=env,
+                                notes={**runner.steps, "fingerprint_s": f"{time.perf_counter() - t0:.3f}"}))
     except BaseException as e:  # noqa: BLE001
-        _send(rep_fd, Reply(op="load", ok=False, error_kind="runtime_error",
-                            error=_short_exc(e) + _frames(e, setup.get("solution_path") or setup["problem_path"])))
+        _send(rep_fd, failed("load", "runtime_error",
+                             _short_exc(e) + _frames(e, setup.solution_path or setup.problem_path)))
         return
     for line in cmd_in:
-        cmd = Command.model_validate_json(line)
+        cmd = COMMAND.validate_json(line)
         if cmd.op == "exit":
             return
         try:
             if cmd.op == "build":
-                runner.build(cmd.init_seed or 0)
+                runner.build(cmd.init_seed)
                 params = getattr(runner.model, "parameters", None)
-                reply = Reply(op="build", ok=True,
-                              param_count=sum(p.numel() for p in params()) if callable(params) else 0)
+                reply = BuildReply(ok=True,
+                                   param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
                 blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
-                reply = Reply(op="trials", ok=True, blob_sizes=[sum(len(p) for p in b) for b in blobs], **seen)
+                reply = TrialsReply(ok=True, blob_sizes=[sum(len(p) for p in b) for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "lint" and runner.role == "reference":
-                reply = Reply(op="lint", ok=True, **runner.lint(cmd))
+                reply = LintReply(ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
-                reply = Reply(op="time", ok=True, **runner.time(cmd))
+                reply = TimeReply(ok=True, **runner.time(cmd))
             elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
-                reply = Reply(op="quiet", ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
+                reply = QuietReply(ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="profiler", ok=True, **runner.start_profiler(cmd.kernel_list))
+                reply = ProfilerReply(ok=True, **runner.start_profiler(cmd.kernel_list))
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
-                reply = Reply(op="kernels", ok=True, **runner.kernels(cmd.seeds[0]))
+                reply = KernelsReply(ok=True, **runner.kernels(cmd.seeds[0]))
             else:
-                reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error", error=f"unknown op {cmd.op}")
+                reply = failed(cmd.op, "runtime_error", f"unknown op {cmd.op}")
         except InterfaceError as e:
-            reply = Reply(op=cmd.op, ok=False, error_kind="interface_error", error=str(e))
+            reply = failed(cmd.op, "interface_error", str(e))
         except BaseException as e:  # noqa: BLE001
-            reply = Reply(op=cmd.op, ok=False, error_kind="runtime_error",
-                          error=_short_exc(e) + _frames(e, setup.get("solution_path") or "problem_module"))
+            reply = failed(cmd.op, "runtime_error",
+                           _short_exc(e) + _frames(e, setup.solution_path or "problem_module"))
         _send(rep_fd, reply)
         for blob in reply.blobs:  # each a list of buffers (payload.encode)
             for part in blob:
@@ -274,9 +276,9 @@ def preload_imports(fork_safe: bool = False) -> None:
 def _preload(rep_fd: int) -> None:
     import torch
 
-    from ..records.messages import Reply
+    from ..records.messages import StandbyReply
     preload_imports()
-    _send(rep_fd, Reply(op="standby", ok=True, notes={"torch": torch.__version__,
+    _send(rep_fd, StandbyReply(ok=True, notes={"torch": torch.__version__,
                                                        "cuda_initialized": str(torch.cuda.is_initialized())}))
 
 
@@ -289,14 +291,14 @@ def _prime(rep_fd: int, device: str) -> None:
     also takes standbys, only ever reads what pin() keeps."""
     import torch
 
-    from ..records.messages import Reply
+    from ..records.messages import PrimeReply
     from ..timing.hold import is_pinned, pin, pinned
     if device == "cuda":
         torch.cuda.init()
     pin(torch)
     notes = {"cuda_initialized": str(torch.cuda.is_initialized()), "pinned": str(is_pinned()),
              "hold": str(pinned("hold") is not None)}
-    _send(rep_fd, Reply(op="prime", ok=True, notes=notes))
+    _send(rep_fd, PrimeReply(ok=True, notes=notes))
 
 
 def main() -> None:
@@ -313,18 +315,22 @@ def main() -> None:
         line = cmd_in.readline()
         if not line:  # the parent went away before sending a setup
             os._exit(0)
-        setup = json.loads(line)
-        if not (standby and setup.get("op") == "prime"):
-            break
-        _prime(rep_fd, setup.get("device", "cpu"))
-    if standby:
-        if setup.get("role") not in ("candidate", "reference"):  # the "exit" that close() sends
+        first = json.loads(line)
+        if standby and first.get("op") == "prime":
+            _prime(rep_fd, Prime.model_validate(first).device)
+            continue
+        if first.get("op") == "exit":  # what close() sends a standby that was never given a setup
             os._exit(0)
-        if setup["role"] == "candidate" and not nondumpable:
+        setup = Setup.model_validate(first)
+        break
+    if standby:
+        if setup.role not in ("candidate", "reference"):
+            os._exit(0)
+        if setup.role == "candidate" and not nondumpable:
             set_dumpable(True)  # from here on, a candidate exactly like a fresh one
         # a reference stays as it started: not dumpable, out of a candidate's reach
-    os.environ.update(setup.get("env") or {})
-    if setup.get("role") == "compile":
+    os.environ.update(setup.env)
+    if setup.role == "compile":
         run_compile(setup, rep_fd)
     else:
         serve(setup, cmd_in, rep_fd)

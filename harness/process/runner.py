@@ -18,21 +18,21 @@ class Runner:
 
         self.torch = torch
         self.setup = setup
-        self.role = setup["role"]
-        self.device = setup["device"]
-        if not setup.get("allow_tf32", False):
+        self.role = setup.role
+        self.device = setup.device
+        if not setup.allow_tf32:
             # fp32 means fp32: cuDNN's TF32 default would make the reference itself miss fp32
             # tolerances on convolutions (and a candidate may not inherit it either)
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
-        if self.device == "cpu" and setup.get("cpu_threads"):
-            torch.set_num_threads(int(setup["cpu_threads"]))
-        self.problem = import_file(setup["problem_path"], "problem_module")
+        if self.device == "cpu" and setup.cpu_threads:
+            torch.set_num_threads(int(setup.cpu_threads))
+        self.problem = import_file(setup.problem_path, "problem_module")
         self.meta = meta(self.problem)
-        if setup.get("size") == "small":
+        if setup.size == "small":
             apply_sizes(self.problem, self.meta.get("small", {}))
         self.base_sizes = {k: getattr(self.problem, k) for k in _shape_keys(self.meta) if hasattr(self.problem, k)}
-        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.get("dtype") or "")
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(setup.dtype or "")
         self.model = None
         self.cls = None
         self.cache: dict = {}  # per-process timing state: CUDA graphs, compiled model, L2 reset
@@ -52,7 +52,7 @@ class Runner:
             self._poison()
             t2 = time.perf_counter()
             _count_extension_calls(self.ext_calls)
-            sol = import_file(setup["solution_path"], "solution_module")
+            sol = import_file(setup.solution_path, "solution_module")
             self.cls = getattr(sol, "ModelNew", None)
             self.steps.update(pin_s=f"{t1 - t0:.3f}", poison_s=f"{t2 - t1:.3f}",
                               import_s=f"{time.perf_counter() - t2:.3f}")
@@ -66,7 +66,7 @@ class Runner:
         torch = self.torch
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
-            n = max(min(int(free * 0.25), int(self.setup.get("poison_max_bytes") or 8 << 30)) // 4, 1)
+            n = max(min(int(free * 0.25), int(self.setup.poison_max_bytes or 8 << 30)) // 4, 1)
             blk = torch.full((n,), float("nan"), device="cuda")
             torch.cuda.synchronize()
             del blk  # stays in the caching allocator, NaN-filled, for the candidate's allocations

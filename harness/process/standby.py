@@ -8,8 +8,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
+from ..records.messages import Setup
 from .forkserver import ForkServer
 from .worker import Worker, close_all
 
@@ -112,7 +113,7 @@ class Standby:
         """The one the next take() hands out."""
         return self.pool[0] if self.pool else None
 
-    def take(self, setup: dict, env: dict[str, str], timeout: float,
+    def take(self, setup: Union[Setup, dict], env: dict[str, str], timeout: float,
              on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
         """A candidate or reference worker for `setup`, as Worker(setup, env=env) would give: the
         oldest idle one when `env` matches (a fresh one if it died meanwhile), its replacement started
@@ -122,7 +123,8 @@ class Standby:
         `on_worker`: told of the worker before it is sent its setup (a stoppable phase of the gate,
         which must be able to stop it before it runs any of the solution's code)."""
         tell = on_worker or (lambda w: None)
-        if setup.get("role") not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
+        setup = Setup.model_validate(setup)
+        if setup.role not in ("candidate", "reference") or _early(_dumpable_ok(env)) != self.env:
             cand = Worker(setup, env=env)
             tell(cand)
             return cand
@@ -130,7 +132,7 @@ class Standby:
             idle = self.pool.popleft() if self.pool else None
         if idle is not None and self._claim(idle, timeout):
             tell(idle)
-            idle.start({**setup, "env": {k: env[k] for k in LATE_ENV if k in env}})
+            idle.start(setup.model_copy(update={"env": {k: env[k] for k in LATE_ENV if k in env}}))
             cand = idle
         else:
             if idle is not None:

@@ -10,7 +10,6 @@ a pass.
 """
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -18,12 +17,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Union
 
 from pydantic import ValidationError
 
 from ..cpus import restrict
-from ..records.messages import Command, Reply
+from ..records.messages import REPLY, Command, ExitCommand, Prime, Reply, Setup
 from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
 from .pipes import MAX_BLOB_BYTES, MAX_LINE_BYTES, Tail, make_pipes
 
@@ -64,7 +63,7 @@ class Worker:
     """One child interpreter running `harness.process.child` in a given role. Spawned without a setup, it
     preloads what a candidate needs and waits: `ready()`, then `start(setup)`."""
 
-    def __init__(self, setup: Optional[dict], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None,
+    def __init__(self, setup: Union[Setup, dict, None], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None,
                  cpus: Optional[set[int]] = None, forkserver: Optional[ForkServer] = None, fork_timeout: float = 120.0):
         """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py).
         `forkserver` (a standby only, `env` the server's own): forked from there when it can, else
@@ -109,7 +108,7 @@ class Worker:
         # request of another thread in flight at the same moment never sets it
         self.out_of_step = False
         if setup is not None:
-            self._send_line(json.dumps(setup))
+            self._send_line(Setup.model_validate(setup).model_dump_json())
 
     def ready(self, timeout: float) -> bool:
         """A standby worker: wait until it has preloaded. False when it died or hung meanwhile."""
@@ -128,19 +127,19 @@ class Worker:
         (Standby does, under its gate). False when it died or hung meanwhile."""
         if not self.standby or self.preloaded is None or self.primed is not None:
             raise RuntimeError("prime() is for a ready standby worker, once")
-        self._send_line(json.dumps({"op": "prime", "device": device}))
+        self._send_line(Prime(device=device).model_dump_json())
         try:
             self.primed = self.wait_reply("prime", timeout)
         except (WorkerTimeout, WorkerDied, WorkerProtocolError):
             return False
         return True
 
-    def start(self, setup: dict) -> None:
+    def start(self, setup: Union[Setup, dict]) -> None:
         """Activate a standby worker that is ready(): from here on it is a worker like any other."""
         if not self.standby or self.preloaded is None:
             raise RuntimeError("start() is for a standby worker, after ready()")
         self.standby = False
-        self._send_line(json.dumps(setup))
+        self._send_line(Setup.model_validate(setup).model_dump_json())
 
     # -- channel ---------------------------------------------------------------------------------
     def _send_line(self, line: str) -> None:
@@ -170,7 +169,7 @@ class Worker:
         try:
             line = self._read_until(deadline, lambda: self._buf.find(b"\n"), MAX_LINE_BYTES)
             try:
-                reply = Reply.model_validate_json(line)
+                reply = REPLY.validate_json(line)
             except ValidationError as e:
                 raise WorkerProtocolError(f"malformed reply from worker: {str(e)[:300]}") from None
             if reply.op != op:
@@ -280,7 +279,7 @@ class Worker:
         """Ask politely, then kill the whole group: nothing it started outlives it."""
         if self.proc.poll() is None:
             self.resume()
-            self._send_line(Command(op="exit").model_dump_json())
+            self._send_line(ExitCommand().model_dump_json())
             if self._wait_exit(grace) is None:
                 self.kill()
         else:

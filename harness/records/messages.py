@@ -1,13 +1,16 @@
-"""Messages between the parent and a child process (harness.process.child).
+"""Messages between the parent and a child process (harness.process.child), one model each.
 
-The child reads `Command`s from a private pipe and writes `Reply`s (the compile role: one
-`CompileReply`) to another, as JSON lines; nothing it prints is ever parsed.
+A child reads its `Setup` (or, while a standby, `Prime`), then commands (`Command`: one model per
+op), from a private pipe, and writes one reply per command (`Reply`: one model per op; the compile
+role writes one `CompileReply`) to another, as JSON lines; nothing it prints is ever parsed. The
+parent reads a reply as the model of the op it asked for, so a field of another op's reply, or one
+no model has, makes the reply malformed.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .result import EnvInfo
 
@@ -22,49 +25,149 @@ class CompileReply(BaseModel):
     seconds: float = 0.0
 
 
-class Command(BaseModel):
-    """One request from the parent to a worker."""
-
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    op: Literal["load", "build", "trials", "time", "kernels", "profiler", "lint", "quiet", "exit"]
-    # build
-    init_seed: Optional[int] = None
-    # lint: a second weight seed, and the tolerance the outputs are compared with
-    init_seed_b: Optional[int] = None
-    atol: float = 0.0
-    rtol: float = 0.0
-    rel_l2: float = 0.0
-    # trials: each (seed, shape overrides) -> outputs sent back as binary frames
-    seeds: list[int] = Field(default_factory=list)
+
+
+class Setup(_Strict):
+    """The first line a child reads: its role and what it runs."""
+
+    role: Literal["compile", "candidate", "reference"]
+    device: str
+    solution_path: Optional[str] = None
+    problem_path: Optional[str] = None
+    size: Optional[str] = None
+    dtype: Optional[str] = None
+    cpu_threads: Optional[int] = None
+    allow_tf32: bool = False
+    # a further (timing-only) candidate process NaN-fills at most this much of the GPU's memory
+    poison_max_bytes: Optional[int] = None
+    # environment a standby could not start with (process.standby.LATE_ENV), set before the role runs
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Prime(_Strict):
+    """To a standby before its setup: make the CUDA context and pin the timing primitives now."""
+
+    op: Literal["prime"] = "prime"
+    device: str
+
+
+# -- commands: one model per op ------------------------------------------------------------------
+
+class BuildCommand(_Strict):
+    op: Literal["build"] = "build"
+    init_seed: int
+
+
+class TrialsCommand(_Strict):
+    """Each (seed, shape overrides) -> its outputs, sent back as binary frames."""
+
+    op: Literal["trials"] = "trials"
+    seeds: list[int]
     shapes: list[dict[str, Any]] = Field(default_factory=list)
-    # time
+
+
+class TimeCommand(_Strict):
+    """One timed call per seed (timing.loop.time_calls)."""
+
+    op: Literal["time"] = "time"
+    seeds: list[int]
     warmup: int = 0
-    kernel_list: Optional[str] = None  # op "profiler": config.Correctness.kernel_list
-    calls: int = 0
     flush_l2: bool = True
     flush_method: Literal["read", "write"] = "read"
     hold_us: float = 0.0
     sample_positions: int = 64
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
-    spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.call_work)
-    # quiet: probe until `probes` in a row take under `probe_us`, for at most `max_s`
+    spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.loop.call_work)
+
+
+class LintCommand(_Strict):
+    """The problem linter's runs: two weight seeds, and the tolerance the outputs are compared with."""
+
+    op: Literal["lint"] = "lint"
+    init_seed: int
+    init_seed_b: int
+    seeds: list[int]
+    atol: float
+    rtol: float
+    rel_l2: float
+
+
+class QuietCommand(_Strict):
+    """Probe until `probes` in a row take under `probe_us`, for at most `max_s`."""
+
+    op: Literal["quiet"] = "quiet"
     probe_us: float = 200.0
     probes: int = 3
     max_s: float = 10.0
 
 
-class Reply(BaseModel):
-    """A worker's answer to one command."""
+class ProfilerCommand(_Strict):
+    op: Literal["profiler"] = "profiler"
+    kernel_list: Optional[str] = None  # config.Correctness.kernel_list
+
+
+class KernelsCommand(_Strict):
+    op: Literal["kernels"] = "kernels"
+    seeds: list[int]
+
+
+class ExitCommand(_Strict):
+    op: Literal["exit"] = "exit"
+
+
+Command = Annotated[Union[BuildCommand, TrialsCommand, TimeCommand, LintCommand, QuietCommand, ProfilerCommand,
+                          KernelsCommand, ExitCommand], Field(discriminator="op")]
+COMMAND = TypeAdapter(Command)
+
+
+# -- replies: one model per op -------------------------------------------------------------------
+
+class Reply(_Strict):
+    """What every reply has. `ok` false: `error_kind` and `error` say why (the op's fields empty)."""
 
     op: str
     ok: bool
     error_kind: Optional[Literal["interface_error", "runtime_error", "rejected"]] = None
     error: Optional[str] = None
     flags: list[str] = Field(default_factory=list)
-    # load
+    notes: dict[str, str] = Field(default_factory=dict)
+    # sizes of the binary frames (harness.payload) that follow this line on the channel
+    blob_sizes: list[int] = Field(default_factory=list)
+    # the frames themselves: buffers to write in the child (payload.encode), bytearrays in the parent
+    blobs: list[Any] = Field(default_factory=list, exclude=True)
+
+
+class LoadReply(Reply):
+    op: Literal["load"] = "load"
     env: Optional[EnvInfo] = None
-    # time: per-call device time (ms), per-call host time to device-idle (ms), output fingerprints
+
+
+class StandbyReply(Reply):
+    """A standby's first line: its preload done."""
+
+    op: Literal["standby"] = "standby"
+
+
+class PrimeReply(Reply):
+    op: Literal["prime"] = "prime"
+
+
+class BuildReply(Reply):
+    op: Literal["build"] = "build"
+    param_count: Optional[int] = None  # how many parameter elements the model has
+
+
+class TrialsReply(Reply):
+    op: Literal["trials"] = "trials"
+    custom_calls: Optional[int] = None  # calls into the solution's extensions in the first trial
+
+
+class TimeReply(Reply):
+    op: Literal["time"] = "time"
+    # per-call device time (ms), per-call host time to device-idle (ms), output fingerprints
     times_ms: list[float] = Field(default_factory=list)
     host_ms: list[float] = Field(default_factory=list)
     # GPU: per-call host time of the forward alone (its launching, and any wait inside it)
@@ -73,8 +176,8 @@ class Reply(BaseModel):
     # must outlast on the device for the launching to stay outside the interval)
     launch_ms: list[float] = Field(default_factory=list)
     launch_leaked: int = 0  # calls whose interval opened before the forward was enqueued
-    # GPU, when asked (Command.spans): per call, first start to last end of the forward's GPU work
-    # (kernels, copies, fills) by CUPTI's timestamps, in ms; -1.0 for a call in which none was seen
+    # GPU, when asked (TimeCommand.spans): per call, first start to last end of the forward's GPU
+    # work (kernels, copies, fills) by CUPTI's timestamps, in ms; -1.0 for a call in which none was seen
     span_ms: list[float] = Field(default_factory=list)
     # with span_ms: per call, how many kernels, copies and fills the forward ran (the harness's own
     # left out): each one after the first waits on the GPU front end, at a per-process speed
@@ -84,19 +187,40 @@ class Reply(BaseModel):
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None
     l2_reset: Optional[bool] = None
-    kernels_seen: list[str] = Field(default_factory=list)
-    profile_s: Optional[float] = None
-    # quiet: how long the GPU took to be quiet, in how many probes, and whether it was in the end
+
+
+class LintReply(Reply):
+    op: Literal["lint"] = "lint"  # flags, and in notes what each rests on
+
+
+class QuietReply(Reply):
+    """How long the GPU took to be quiet, in how many probes, and whether it was in the end."""
+
+    op: Literal["quiet"] = "quiet"
     quiet_s: Optional[float] = None
     quiet_probes: Optional[int] = None
     quiet: Optional[bool] = None
-    # calls into the solution's own extensions during the first trial (None: not counted)
-    custom_calls: Optional[int] = None
-    # build: how many parameter elements the model has
-    param_count: Optional[int] = None
-    # lint: what each flag rests on
-    notes: dict[str, str] = Field(default_factory=dict)
-    # sizes of the binary frames (harness.payload) that follow this line on the channel
-    blob_sizes: list[int] = Field(default_factory=list)
-    # the frames themselves: buffers to write in the child (payload.encode), bytearrays in the parent
-    blobs: list[Any] = Field(default_factory=list, exclude=True)
+
+
+class ProfilerReply(Reply):
+    op: Literal["profiler"] = "profiler"
+    profile_s: Optional[float] = None
+
+
+class KernelsReply(Reply):
+    op: Literal["kernels"] = "kernels"
+    kernels_seen: list[str] = Field(default_factory=list)
+    profile_s: Optional[float] = None
+
+
+AnyReply = Annotated[Union[LoadReply, StandbyReply, PrimeReply, BuildReply, TrialsReply, TimeReply, LintReply,
+                           QuietReply, ProfilerReply, KernelsReply], Field(discriminator="op")]
+REPLY = TypeAdapter(AnyReply)
+REPLY_FOR = {cls.model_fields["op"].default: cls for cls in (LoadReply, StandbyReply, PrimeReply, BuildReply,
+                                                            TrialsReply, TimeReply, LintReply, QuietReply,
+                                                            ProfilerReply, KernelsReply)}
+
+
+def failed(op: str, error_kind: str, error: str) -> Reply:
+    """The reply to `op` that says it failed."""
+    return REPLY_FOR[op](ok=False, error_kind=error_kind, error=error)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..build import child_env
 from ..process.worker import Worker
-from ..records.messages import Command
+from ..records.messages import BuildCommand
 from ..reference import ReferenceSession
 from ..timing.measure import warm_up
 from .build import Built
@@ -25,7 +25,7 @@ class CandidateProcesses:
 
     def __init__(self, ctx: Context, ref: ReferenceSession, built: Built):
         self.ctx, self.ref = ctx, ref
-        self.setup = ref.setup_dict("candidate", str(built.module))
+        self.setup = ref.setup_for("candidate", str(built.module))
         self.env = child_env(built.ext_dir, ctx.device, ctx.env_extra)
         self.first: Optional[Worker] = None
         self.further: list[Worker] = []
@@ -36,7 +36,7 @@ class CandidateProcesses:
 
     def _spawn(self, phase, further: bool = False) -> Worker:
         """A candidate's process, stopped by others' timing from its start."""
-        s = {**self.setup, "poison_max_bytes": FURTHER_POISON_BYTES} if further else self.setup
+        s = self.setup.model_copy(update={"poison_max_bytes": FURTHER_POISON_BYTES}) if further else self.setup
         if self.ctx.standby:
             return self.ctx.standby.take(s, self.env, self.ctx.cfg.timeouts.load_s, on_worker=phase.add)
         w = Worker(s, env=self.env)
@@ -50,7 +50,7 @@ class CandidateProcesses:
             self.first = self._spawn(phase)
             gate.register(self.first)
             wait_load(self.first, cfg.timeouts.load_s)
-            ask(self.first, Command(op="build", init_seed=self.ref.plan.init_seed), cfg.timeouts.load_s,
+            ask(self.first, BuildCommand(init_seed=self.ref.plan.init_seed), cfg.timeouts.load_s,
                 "building ModelNew")
 
     def restart(self) -> Worker:
@@ -74,7 +74,7 @@ class CandidateProcesses:
             for w in new:
                 wait_load(w, cfg.timeouts.load_s)
             # each step sent to every process, then their replies read: they work at once
-            sent = [(w, w.send(Command(op="build", init_seed=seed))) for w in new]
+            sent = [(w, w.send(BuildCommand(init_seed=seed))) for w in new]
             for w, t0 in sent:
                 answer(w, "build", t0, cfg.timeouts.load_s, "building ModelNew in a further process")
             sent = [(w, w.send(warm_up(cfg.timing, self.ref.rng, spans))) for w in new]

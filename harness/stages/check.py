@@ -7,7 +7,7 @@ import random
 import secrets
 from dataclasses import dataclass
 
-from ..records.messages import Command
+from ..records.messages import TrialsCommand
 from ..records.result import Status
 from ..reference import ReferenceSession
 from .candidate import CandidateProcesses
@@ -27,7 +27,7 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     t0 = ctx.clock()
     with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
         phase.add(cand.first)
-        reply, _ = ask(cand.first, Command(op="trials", seeds=ref.plan.seeds, shapes=ref.plan.shapes),
+        reply, _ = ask(cand.first, TrialsCommand(seeds=ref.plan.seeds, shapes=ref.plan.shapes),
                        cfg.timeouts.run_s, "correctness trials")
     phases.trials_s = ctx.clock() - t0
     if len(reply.blobs) != len(ref.plan.seeds):
@@ -80,10 +80,10 @@ def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSess
     rng = random.Random(secrets.randbits(64))
     seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]
     with ctx.gate.shared():
-        reply, _ = ask(cand.first, Command(op="trials", seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.run_s,
+        reply, _ = ask(cand.first, TrialsCommand(seeds=seeds, shapes=ref.plan.shapes), cfg.timeouts.run_s,
                        "re-check of an excessive speedup")
         with ref.lock:  # the session may serve other evaluations' phases at the same time
-            ref_reply, _ = ref.worker.request(Command(op="trials", seeds=seeds, shapes=ref.plan.shapes),
+            ref_reply, _ = ref.worker.request(TrialsCommand(seeds=seeds, shapes=ref.plan.shapes),
                                               cfg.timeouts.problem_s)
         for i, (cb, rb) in enumerate(zip(reply.blobs, ref_reply.blobs)):
             v = judge_trial(i, ref.plan.shape_names[i], load_trial(cb), load_trial(rb), ctx.tol)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..process.worker import Worker
 from ..kernels import ran as kernels_ran
-from ..records.messages import Command
+from ..records.messages import KernelsCommand, ProfilerCommand
 from ..reference import ReferenceSession
 from .build import Built
 from .candidate import CandidateProcesses
@@ -27,13 +27,13 @@ def run_listing(ctx: Context, worker: Worker, defined: list[str], seed: int) -> 
     """The listing in `worker`: the flag no_custom_kernel set or lifted by what ran."""
     cfg, res, gate = ctx.cfg, ctx.res, ctx.gate
     with gate.background():
-        reply, _ = ask(worker, Command(op="profiler", kernel_list=cfg.correctness.kernel_list),
+        reply, _ = ask(worker, ProfilerCommand(kernel_list=cfg.correctness.kernel_list),
                        cfg.timeouts.load_s + cfg.timeouts.run_s, "starting the profiler")
     ctx.phases.profiler_start_s = reply.profile_s
     if "cupti_unavailable" in reply.notes:
         res.timing_method["cupti_unavailable"] = reply.notes["cupti_unavailable"]
     with gate.shared():
-        reply, _ = ask(worker, Command(op="kernels", seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
+        reply, _ = ask(worker, KernelsCommand(seeds=[seed]), cfg.timeouts.run_s, "listing the kernels run")
     ctx.phases.profile_s = reply.profile_s
     res.timing_method["kernel_list"] = reply.notes.get("kernel_list")  # the method the listing used
     if not reply.kernels_seen:  # no GPU work seen at all (CUPTI unavailable): no evidence

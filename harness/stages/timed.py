@@ -12,7 +12,7 @@ from typing import Optional
 
 from .. import cpus
 from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
-from ..records.messages import Command
+from ..records.messages import QuietCommand
 from ..records.result import Status
 from ..reference import ReferenceSession
 from ..timing.clocks import clock_checks
@@ -327,8 +327,8 @@ def _quiet(ref: Worker, ctx: Context, flags: list[str]) -> None:
     work they had queued (the reference's process probes it). Not quiet within `quiet_max_s` (a
     neighbour's background thread keeps launching, say): timed anyway, flagged."""
     b = ctx.cfg.batch
-    reply, _ = ref.request(Command(op="quiet", probe_us=b.quiet_probe_us, probes=b.quiet_probes,
-                                   max_s=b.quiet_max_s), ctx.cfg.timeouts.problem_s)
+    reply, _ = ref.request(QuietCommand(probe_us=b.quiet_probe_us, probes=b.quiet_probes,
+                                max_s=b.quiet_max_s), ctx.cfg.timeouts.problem_s)
     if not reply.ok:
         raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
     ctx.phases.quiet_s += reply.quiet_s or 0.0

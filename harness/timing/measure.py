@@ -250,7 +250,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured."""
     # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
     # steps that need none of them are the helpers above.
-    from ..records.messages import Command
+    from ..records.messages import TimeCommand
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
     min_rounds = t.min_rounds if min_rounds is None else min_rounds
@@ -282,7 +282,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.max_clock_mhz = mon.max_sm if mon is not None else None
     while True:
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
-        cmd = Command(op="time", seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
+        cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
                       hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
         s0, q0 = snap(), rq(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
@@ -370,10 +370,10 @@ def warm_up(t, rng: random.Random, spans: Optional[bool] = None):
     a request with one re-checks a hold that failed its check at pin() beside other processes' work,
     and must do so on a quiet GPU, in the timing phase (time_calls); run here, beside the other
     evaluations' phases, that check failed and left an identical solution timed without a hold."""
-    from ..records.messages import Command
+    from ..records.messages import TimeCommand
     if spans is None:  # a process's first request, before any pair settled spans: CUPTI started unless off
         spans = t.kernel_span != "off"
-    return Command(op="time", seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,
+    return TimeCommand(seeds=[rng.getrandbits(62) for _ in range(2)], warmup=t.warmup, flush_l2=t.flush_l2,
                    flush_method=t.flush_method, hold_us=0.0, spans=spans)
 
 
