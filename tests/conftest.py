@@ -1,5 +1,35 @@
 """Shared test setup: fixtures carry their expected verdict in a header, evaluations are cached per
-session, and builds go to one cache so each C++ fixture compiles once per machine."""
+session, and builds go to one cache so each C++ fixture compiles once per machine.
+
+Which test file pins which part of harness/:
+  test_correctness.py    correctness.py (compare_tensors) and payload.py (the trial wire format)
+  test_fingerprint.py    timing/fingerprint.py: timed outputs' fingerprints
+  test_clocks.py         timing/clocks.py: clock checks against the parent's wall clock
+  test_stats.py          timing/stats.py: summaries, process-bias model, how many processes a side gets
+  test_measure.py        timing/measure.py with fake workers (and monitor.round_state); pooled pairs
+  test_loop.py           timing/loop.py (call_work, span_of) and timing/hold.py (the hold's PTX)
+  test_cupti.py          cupti.py without a GPU
+  test_static_checks.py  static_checks.py: the source rules
+  test_build.py          build.py: the build cache, child_env
+  test_worker.py         process/worker.py (a stopped worker's timeout), process/runner.py (inputs, dtype)
+  test_standby.py        process/standby.py: standby workers
+  test_forkserver.py     process/forkserver.py: standbys forked from a fork server
+  test_processes.py      several processes a side, end to end (stages, reference, batch)
+  test_config.py         config.py and configs/*.toml
+  test_cpus.py           cpus.py: the timing CPU, pinning, the lender
+  test_sharing.py        batch/sharing.py (DeviceGate) and the slot's re-run alone (batch/executor.py)
+  test_executor.py       batch/executor.py: a slot's reference sessions and closing
+  test_devices.py        batch/devices.py: GPU slots, the GPU probe, NVML
+  test_batch.py          `harness batch` end to end, batch/plan.py, batch/pipeline.py, batch/run.py
+  test_leaderboard.py    leaderboard.py: fast_p, geomean, merging runs
+  test_cli.py            cli.py as a user runs it
+  test_extract.py        extracting code from model responses (solutions.py)
+  test_problems.py       problems.py, the shipped problems and the linter (lint.py, lint_rules.py)
+  test_imports.py        the import graph of harness/
+  test_verdicts.py       every verdict, end to end, from fixtures/ and adversarial/ (CPU)
+  test_gpu.py            the GPU part: CUDA fixtures, seed problems' CUDA solutions, sticky errors
+  test_bench.py          the throughput bench's solutions (bench/)
+Fixtures stay one file per verdict, with their `# expect:` header (read_expectation below)."""
 from __future__ import annotations
 
 import os
@@ -9,9 +39,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.config import Tolerance
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 CACHE = Path(os.environ.get("HARNESS_TEST_CACHE", ROOT / ".cache" / "test-harness"))
+
+FP32 = Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4)
 
 HEADER = re.compile(r"^(?:#|<!--)\s*(expect|problem|config|device):\s*(.*?)\s*(?:-->)?\s*$")
 
@@ -110,3 +144,16 @@ def has_cuda() -> bool:
 
 
 gpu = pytest.mark.skipif(not has_cuda(), reason="needs a CUDA device")
+
+
+def fake_measurement(cand: list[float], ref: list[float], **kw):
+    """A Measurement of one round a side with these per-call times (its other samples made up from
+    them): what test_stats.py and test_measure.py pool and budget."""
+    from harness.timing.measure import Measurement, Side
+
+    def side(xs):
+        s = Side(times=list(xs), host=[x + 0.1 for x in xs], enqueue=[0.01] * len(xs), launch=[0.02] * len(xs),
+                 span=[x - 0.001 for x in xs], launches=[2] * len(xs))
+        s.rounds = [(sum(xs) + 1.0, sum(xs), len(xs), True)]
+        return s
+    return Measurement(cand=side(cand), ref=side(ref), spans=True, rounds=1, seconds=0.5, **kw)

@@ -1,6 +1,8 @@
-"""`harness batch` and `harness leaderboard`: matching, labels, records, resume after a crash, merging,
-and the fast_p / geomean aggregation. CPU only; pure-PyTorch solutions except one tiny C++ one (the
-honest_cpp fixture, whose build the verdict tests share through the test cache)."""
+"""`harness batch`: matching, labels, records and the run's leaderboard, resume after a crash, the
+scheduler and the compile plan. CPU only; pure-PyTorch solutions except one tiny C++ one (the
+honest_cpp fixture, whose build the verdict tests share through the test cache). The leaderboard's
+aggregation from hand-made records is pinned in test_leaderboard.py, GPU discovery in
+test_devices.py."""
 from __future__ import annotations
 
 import json
@@ -185,73 +187,6 @@ def test_resume_after_sigkill(tmp_path):
     assert p.returncode != 0 and "--resume" in p.stderr
 
 
-# --------------------------------------------------------------------------------------------------
-# Leaderboards from hand-made records
-
-def rec(label, problem, status, speedup=None, solution=None, **kw):
-    from harness.records.result import EvalResult
-    return EvalResult(label=label, problem=problem, status=status, speedup=speedup,
-                      runtime_ms=(1.0 / speedup if speedup else None), ref_runtime_ms=1.0 if speedup else None,
-                      solution=solution or f"{label}/{problem}/{status}-{speedup}.py",
-                      solution_hash=f"h-{label}-{problem}-{status}-{speedup}", config_hash="c", **kw)
-
-
-def write_run(path: Path, recs) -> Path:
-    path.mkdir(parents=True)
-    (path / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in recs))
-    return path
-
-
-HAND = [rec("A", "p1", "passed", 2.0), rec("A", "p1", "passed", 0.9), rec("A", "p2", "incorrect"),
-        rec("A", "p3", "passed", 1.2), rec("A", "p3", "timeout"),
-        rec("B", "p1", "passed", 0.5), rec("B", "p2", "compile_error")]
-
-
-def test_fast_p_and_geomean_by_hand(tmp_path):
-    from harness.leaderboard import label_summary, load_records, per_problem
-    df = load_records([write_run(tmp_path / "r", HAND)])
-    s = label_summary(df).set_index("label")
-    # 3 problems in the run. A: best 2.0 on p1, 1.2 on p3, nothing on p2. B: 0.5 on p1.
-    assert s.loc["A", "problems"] == 3 and s.loc["A", "solved"] == 2 and s.loc["B", "attempted"] == 2
-    assert [s.loc["A", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
-        [2 / 3, 2 / 3, 2 / 3, 2 / 3, 1 / 3, 0.0])             # speedup > p, strictly: 2.0 is not > 2
-    assert [s.loc["B", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
-        [1 / 3, 0, 0, 0, 0, 0])
-    assert s.loc["A", "geomean_speedup"] == pytest.approx((2.0 * 0.9 * 1.2) ** (1 / 3))  # over passing solutions
-    assert s.loc["B", "geomean_speedup"] == pytest.approx(0.5)
-    assert (s.loc["A", "passed"], s.loc["A", "incorrect"], s.loc["A", "timeout"]) == (3, 1, 1)
-    assert s.loc["B", "compile_error"] == 1
-    pp = per_problem(df).set_index(["label", "problem"])
-    assert pp.loc[("A", "p1"), "best_speedup"] == 2.0 and pp.loc[("A", "p1"), "runtime_ms"] == pytest.approx(0.5)
-    assert pp.loc[("A", "p3"), "status"] == "passed" and pp.loc[("A", "p2"), "status"] == "incorrect"
-    assert pp.loc[("B", "p2"), "status"] == "compile_error"
-
-
-def test_leaderboard_merges_two_runs(tmp_path):
-    r1 = write_run(tmp_path / "r1", HAND)
-    # the second run: a new label, a new problem, and A's p2 solution fixed and re-run (same hash)
-    r2 = write_run(tmp_path / "r2", [rec("C", "p4", "passed", 3.0),
-                                     rec("A", "p2", "passed", 1.1, solution="A/p2/incorrect-None.py")
-                                     .model_copy(update={"solution_hash": "h-A-p2-incorrect-None"})])
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "leaderboard", str(r1), str(r2), "--csv",
-                        str(tmp_path / "lb.csv"), "--markdown", str(tmp_path / "lb.md")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert "p4" in p.stdout and "fast_1.5" in p.stdout  # rich tables on stdout
-    lb = pd.read_csv(tmp_path / "lb.csv").set_index(["label", "problem"])
-    assert len(lb) == 6 and lb.loc[("C", "p4"), "best_speedup"] == 3.0
-    assert lb.loc[("A", "p2"), "status"] == "passed" and lb.loc[("A", "p2"), "solutions"] == 1  # the later run stands
-    s = pd.read_csv(tmp_path / "lb_summary.csv").set_index("label")
-    assert (s["problems"] == 4).all()                        # p1..p4 across both runs
-    assert s.loc["A", "fast_1"] == pytest.approx(3 / 4)       # 2.0, 1.1, 1.2 over 4 problems
-    assert s.loc["C", "fast_2"] == pytest.approx(1 / 4)
-    md = (tmp_path / "lb.md").read_text()
-    assert "| label | solved |" in md and "| C | p4 | passed |" in md
-
-
-# --------------------------------------------------------------------------------------------------
-# Matching rules and the scheduler, without running anything
-
 def test_matching_rules_and_labels(tmp_path):
     from harness.batch.plan import plan_items
     from harness.problems import discover, find_problem
@@ -399,85 +334,6 @@ def test_a_candidate_phase_that_runs_long_frees_its_lane():
         assert gate.backgrounded == 0
     with SoloGate().stoppable(frees_lane_after=0.01):  # one evaluation at a time: nothing to free
         pass
-
-
-def test_gpu_slots_pin_each_gpu(monkeypatch):
-    """Without a GPU here: the slots a two-GPU machine would get, each child pinned to its GPU, and one
-    arch list for builds and evaluations."""
-    import harness.batch.devices as b
-    from harness.batch.plan import BatchError
-    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [{"name": "H100", "cap": [9, 0]},
-                                                                          {"name": "A100", "cap": [8, 0]}])
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    device, slots, gpus = b.make_slots("auto", None)
-    assert device == "cuda" and [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:0", "2"),
-                                                                                              ("cuda:1", "3")]
-    assert b.cuda_arch_list(gpus) == "8.0;9.0"
-    device, slots, gpus = b.make_slots("cuda", "1")
-    assert [(s.name, s.env["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:1", "3")] and gpus[0]["name"] == "A100"
-    with pytest.raises(BatchError):
-        b.make_slots("cuda", "5")
-    monkeypatch.setattr(b, "probe_gpus", lambda timeout=180, probe=None: [])
-    assert b.make_slots("auto", None)[0] == "cpu"
-    with pytest.raises(BatchError):
-        b.make_slots("cuda", None)
-
-
-def test_the_gpu_probe_is_not_waited_for_when_started_and_a_cpu_batch_stops_it(monkeypatch):
-    """The probe is a child started before the batch plans (its torch import overlaps the planning);
-    its answer is read when the slots are made, and a batch that turns out to be on the CPU kills it."""
-    import time
-
-    import harness.batch.devices as b
-    monkeypatch.setattr(b, "nvml_gpus", lambda: None)  # NVML cannot say: the child asks torch
-    monkeypatch.setattr(b, "_PROBE", "import json, time; time.sleep(1.0); print(json.dumps([{'name': 'X', 'cap': [9, 0]}]))")
-    t0 = time.perf_counter()
-    probe = b.GpuProbe()
-    assert time.perf_counter() - t0 < 0.5  # started, not waited for
-    device, slots, gpus = b.make_slots("auto", None, probe)
-    assert device == "cuda" and gpus == [{"name": "X", "cap": [9, 0]}]
-    monkeypatch.setattr(b, "_PROBE", "import time; time.sleep(60)")
-    probe = b.GpuProbe()
-    assert b.make_slots("cpu", None, probe)[0] == "cpu" and probe.proc.returncode is not None
-    monkeypatch.setattr(b, "_PROBE", "import time; time.sleep(60)")
-    assert b.GpuProbe().result(timeout=0.5) == []  # a probe that hangs is no GPU, not a hung batch
-
-
-def test_nvml_answers_for_the_gpus_cuda_will_show_and_otherwise_leaves_it_to_torch(monkeypatch):
-    """nvml_gpus maps CUDA_VISIBLE_DEVICES (indices, full UUIDs) onto NVML's devices; a form it does
-    not map (MIG), GPUs of different models (CUDA orders them fastest first), no NVML or a torch
-    without CUDA give None, and the probe then asks torch in a child. When it answers, no child."""
-    import sys
-    import types
-
-    import harness.batch.devices as b
-    devs = [("NVIDIA H200", (9, 0), "GPU-aaa"), ("NVIDIA H200", (9, 0), "GPU-bbb")]
-    nv = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: len(devs),
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: devs[h][0].encode(),
-        nvmlDeviceGetUUID=lambda h: devs[h][2], nvmlDeviceGetCudaComputeCapability=lambda h: devs[h][1])
-    monkeypatch.setitem(sys.modules, "pynvml", nv)
-    monkeypatch.setattr(b, "_torch_cuda_build", lambda: True)
-    h200 = {"name": "NVIDIA H200", "cap": [9, 0]}
-    for visible, want in ((None, [h200, h200]), ("1", [h200]), ("GPU-bbb,0", [h200, h200]), ("", []),
-                          ("MIG-GPU-aaa/1/0", None), ("GPU-aa", None), ("2", None)):
-        if visible is None:
-            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        else:
-            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-        assert b.nvml_gpus() == want, visible
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    probe = b.GpuProbe()
-    assert probe.proc is None and probe.result() == [h200, h200]
-    devs[1] = ("NVIDIA H100 80GB HBM3", (9, 0), "GPU-bbb")
-    assert b.nvml_gpus() is None
-    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    assert [g["name"] for g in b.nvml_gpus()] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
-    monkeypatch.setattr(b, "_torch_cuda_build", lambda: False)
-    assert b.nvml_gpus() is None
-    monkeypatch.setattr(b, "_torch_cuda_build", lambda: True)
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
-    assert b.nvml_gpus() is None
 
 
 def test_torch_versions_are_read_without_importing_torch():

@@ -1,103 +1,11 @@
-"""A side timed in several processes (config.Timing.processes): when it applies, how the pairs'
-measurements pool, and (CPU, real processes) that the record and the reference's reuse are right.
-The verdict on a solution that cheats only in a later process is pinned by
+"""A side timed in several processes (config.Timing.processes), end to end with real processes on
+the CPU path: the record, the reference's further processes kept and reused, the budget, the batch
+path. When several processes apply is pinned in test_stats.py, how the pairs' measurements pool in
+test_measure.py. The verdict on a solution that cheats only in a later process is pinned by
 tests/adversarial/cpu/timer_patch_second_process.py."""
 from __future__ import annotations
 
-import math
-
-import pytest
-
 from conftest import ROOT, make_config
-
-
-def _timing(**kw):
-    from harness.config import Timing
-    return Timing(**kw)
-
-
-@pytest.mark.parametrize("when,cuda,spans,launches,median_ms,expect", [
-    ("auto", True, True, 2, 0.024, 4),     # relu(x + y) at 24 us by spans: 0.09 us of offset, 0.375%
-    ("auto", True, True, 1, 0.004, 1),     # one kernel by spans: only the tick, the same everywhere
-    ("auto", True, False, 1, 0.060, 4),    # one kernel at 60 us by events: 0.25 us, 0.42%
-    ("auto", True, False, 1, 0.287, 1),    # softmax at 0.29 ms by events: 0.09%
-    ("auto", True, False, 2, 0.110, 1),    # two launches at 0.11 ms by events: 0.34 us, 0.31%
-    ("auto", True, False, 16, 0.060, 4),   # 16 launches at 60 us: 1.6 us, 2.7%
-    ("auto", False, False, 3, 0.010, 1),   # the CPU has no such model: one process unless asked
-    ("always", False, False, 1, 5.0, 4),
-    ("never", True, True, 16, 0.010, 1),
-    ("auto", True, True, 2, None, 1),      # no samples: nothing to decide on
-])
-def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_share(when, cuda, spans, launches,
-                                                                                     median_ms, expect):
-    from harness.timing.stats import processes_for
-    assert processes_for(_timing(processes_when=when), cuda, spans, launches, median_ms) == expect
-    assert processes_for(_timing(processes_when=when, processes=1), cuda, spans, launches, median_ms) == 1
-
-
-@pytest.mark.parametrize("n,medians,offset_rel,expect", [
-    (4, [24.0, 24.05, 24.0, 24.04], 0.00375, 4),  # 0.11% of sd: the model's 0.375% asks for 3, it has 4
-    (4, [23.9, 24.1, 23.95, 24.2], 0.00375, 6),   # 0.57% of sd: (0.57 / 0.25)^2 = 5.2
-    (4, [23.66, 24.46, 23.9, 24.2], 0.00375, 8),  # 1.45% (relu(x + y) on 4M floats, session 20): the cap
-    (4, [23.9, 24.1, 23.95, 24.2], 0.02, 8),      # a model above what was seen counts
-    (1, [24.0], 0.01, 1),                         # one process: nothing to go on
-    (8, [23.0, 25.0, 24.0], 0.0, 8),              # at the cap already
-])
-def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, expect):
-    from harness.timing.stats import processes_needed
-    assert processes_needed(_timing(processes_max=8), n, medians, offset_rel) == expect
-    assert processes_needed(_timing(processes_max=5), n, medians, offset_rel) == max(n, min(expect, 5))
-    assert processes_needed(_timing(processes_max=8, processes_target_rel=0), n, medians, offset_rel) == n
-    assert processes_needed(_timing(), n, medians, offset_rel) == expect  # the default: up to 8
-
-
-def test_no_more_pairs_than_fit_in_the_budget():
-    from harness.timing.stats import pairs_within_budget
-    first = _measurement([1.0], [1.0])          # 0.5 s in all; its kept rounds' walls 2 ms a side
-    t = _timing(processes_budget_s=2.5, processes_rounds=3)
-    assert pairs_within_budget(t, [first]) == 125         # (2.5 - 0.5) / (4 x (2 + 2) ms)
-    first.cand.rounds = [(50.0, 1.0, 10, True), (40.0, 1.0, 10, True), (60.0, 1.0, 10, True)]
-    first.ref.rounds = [(50.0, 1.0, 10, True)]
-    assert pairs_within_budget(t, [first]) == 5           # (2.5 - 0.5) / (4 x (50 + 50) ms)
-    further = _measurement([1.0], [1.0])
-    further.seconds = 0.3
-    assert pairs_within_budget(t, [first, further, further]) == 4   # (2.5 - 1.1) / 0.3 = 4.7
-    assert pairs_within_budget(_timing(processes_budget_s=1.0), [first, further, further]) == 0
-    assert pairs_within_budget(_timing(processes_budget_s=0), [first]) is None
-
-
-def _measurement(cand: list[float], ref: list[float], **kw):
-    from harness.timing.measure import Measurement, Side
-
-    def side(xs):
-        s = Side(times=list(xs), host=[x + 0.1 for x in xs], enqueue=[0.01] * len(xs), launch=[0.02] * len(xs),
-                 span=[x - 0.001 for x in xs], launches=[2] * len(xs))
-        s.rounds = [(sum(xs) + 1.0, sum(xs), len(xs), True)]
-        return s
-    return Measurement(cand=side(cand), ref=side(ref), spans=True, rounds=1, seconds=0.5, **kw)
-
-
-def test_pooled_keeps_every_call_of_every_pair_and_the_first_pairs_baseline():
-    from harness.timing.measure import pooled
-    a = _measurement([1.0, 1.1], [2.0, 2.1], compiled=[1.5, 1.6], hold_us=300.0, flags=["throttled"])
-    b = _measurement([1.2, 1.3, 1.4], [2.2, 2.3], hold_us=250.0, mismatched_calls=1, flags=["throttled", "x"])
-    p = pooled([a, b])
-    assert p.cand.times == [1.0, 1.1, 1.2, 1.3, 1.4] and p.ref.times == [2.0, 2.1, 2.2, 2.3]
-    assert p.cand.host == a.cand.host + b.cand.host and p.cand.span == a.cand.span + b.cand.span
-    assert len(p.cand.rounds) == 2 and p.rounds == 2 and p.mismatched_calls == 1
-    assert p.compiled == [1.5, 1.6] and p.hold_us == 300.0 and p.spans
-    assert p.flags == ["throttled", "x"] and math.isclose(p.seconds, 1.0)
-    assert pooled([a]) is a
-
-
-def test_each_pairs_calls_stay_with_their_round_for_the_clock_checks():
-    """The checks pair each round's parent wall with that round's calls; pooling appends both in step."""
-    from harness.timing.clocks import _calls_by_round
-    from harness.timing.measure import pooled
-    p = pooled([_measurement([1.0, 1.1], [2.0]), _measurement([5.0, 5.5, 6.0], [2.0])])
-    rounds = _calls_by_round(p.cand)
-    assert [len(calls) for _, calls in rounds] == [2, 3]
-    assert [t for _, t in rounds[1][1]] == [5.0, 5.5, 6.0]
 
 
 def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_kept(tmp_path, monkeypatch):

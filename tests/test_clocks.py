@@ -1,0 +1,74 @@
+"""harness/timing/clocks.py: the clock checks that compare what a process reports with the parent's
+wall clock (timer_mismatch, unsynced_stream, impossible_timing), on quiet rounds, with the CPU floor."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.config import load_config
+from harness.timing.clocks import clock_checks
+from harness.timing.measure import Measurement, Side
+
+
+def _measure(cand_rounds, ref_rounds, cand_t, ref_t, cand_host=None, ref_host=None):
+    quiet = lambda rs: [r if len(r) == 4 else (*r, True) for r in rs]  # noqa: E731
+    return Measurement(cand=Side(times=cand_t, host=cand_host or [t + 0.01 for t in cand_t], rounds=quiet(cand_rounds)),
+                       ref=Side(times=ref_t, host=ref_host or [t + 0.01 for t in ref_t], rounds=quiet(ref_rounds)))
+
+
+def test_clock_checks_judge_quiet_rounds_but_cannot_be_escaped_by_contention():
+    """Rounds in which the candidate's process waited for a CPU (parent-read schedstat) carry host
+    time that is not hidden GPU time: with enough quiet rounds they are left out, which matters to
+    the per-call gap test (a low quantile over calls, swamped when most calls are contended; the
+    per-round wall test takes the best round and is unaffected). A solution whose every round is
+    contended is still checked, on all of them."""
+    cfg = load_config()
+    ref_rounds = [(10 * 1.3, 10 * 1.0, 10, True)] * 10
+    quiet = [(10 * 1.3, 10 * 1.0, 10, True)] * 5
+    stretched = [(10 * 2.3, 10 * 1.0, 10, False)] * 20  # 1 ms per call of waiting for a CPU
+    host = [1.01] * 50 + [2.0] * 200
+    assert clock_checks(_measure(quiet + stretched, ref_rounds, [1.0] * 250, [1.0] * 100, cand_host=host), cfg) == []
+    assert "unsynced_stream" in clock_checks(_measure(stretched, ref_rounds, [1.0] * 200, [1.0] * 100,
+                                                      cand_host=[2.0] * 200), cfg)
+
+
+def test_clock_checks_pass_honest_and_flag_hidden_time():
+    cfg = load_config()
+    rng = random.Random(0)
+    t_ref, t_c = 1.0, 0.5
+    ref_rounds = [(10 * (t_ref + 0.3 + rng.uniform(0, 0.02)), 10 * t_ref, 10) for _ in range(10)]
+    cand_rounds = [(10 * (t_c + 0.3 + rng.uniform(0, 0.02)), 10 * t_c, 10) for _ in range(10)]
+    honest = _measure(cand_rounds, ref_rounds, [t_c] * 100, [t_ref] * 100)
+    assert clock_checks(honest, cfg) == []
+    # reports 0.05 ms per call while the parent's clock sees 0.5 ms of work
+    faked = _measure(cand_rounds, ref_rounds, [0.05] * 100, [t_ref] * 100)
+    faked.cand.rounds = [(w, 10 * 0.05, n, True) for w, _, n in cand_rounds]
+    assert clock_checks(faked, cfg) == ["timer_mismatch"]
+    # events see 0.05 ms; the device was busy 0.5 ms longer (work on an unsynchronized stream)
+    side = _measure(cand_rounds, ref_rounds, [t_c] * 100, [t_ref] * 100, cand_host=[t_c + 0.5] * 100)
+    assert "unsynced_stream" in clock_checks(side, cfg)
+
+
+def test_clock_checks_cpu_floor():
+    """0.2 ms per call of unexplained host time on a 0.05 ms kernel: hidden time on a GPU, the
+    noise of two processes on a loaded CPU host. 2 ms is hidden time on either."""
+    cfg = load_config()
+    t = 0.05
+    ref_rounds = [(10 * (t + 0.3), 10 * t, 10) for _ in range(10)]
+    for extra, on_gpu, on_cpu in ((0.2, ["timer_mismatch"], []), (2.0, ["timer_mismatch"], ["timer_mismatch"])):
+        cand_rounds = [(10 * (t + 0.3 + extra), 10 * t, 10) for _ in range(10)]
+        m = _measure(cand_rounds, ref_rounds, [t] * 100, [t] * 100)
+        assert clock_checks(m, cfg, cuda=True) == on_gpu
+        detail = {}
+        assert clock_checks(m, cfg, cuda=False, detail=detail) == on_cpu
+        # the record of a flagged run shows the numbers compared: per call, over the reference
+        assert detail["wall_over_cand_ms"] - detail["wall_over_ref_ms"] == pytest.approx(extra, abs=1e-3)
+        assert detail["wall_floor_ms"] == pytest.approx(cfg.hardening.cpu_wall_abs_ms)
+
+
+def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
+    cfg = load_config()
+    rounds = [(10.0, 10 * 0.5, 10)] * 6
+    m = _measure([(4.0, 5.0, 10)] * 6, rounds, [0.5] * 60, [0.5] * 60)  # 5 ms reported in 4 ms of wall
+    assert "impossible_timing" in clock_checks(m, cfg)

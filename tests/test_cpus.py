@@ -1,0 +1,131 @@
+"""harness/cpus.py: a timing CPU per GPU slot kept free of background work, processes pinned onto it
+for a timing phase, and builds that borrow it only while nothing is timed."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
+    """cpus.plan: one timing CPU per slot from the top, its SMT siblings kept free too; builds and
+    standbys get the rest, unless that would leave them under half the machine. cpus.pinned moves a
+    process onto the timing CPU for the block and back after it."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import cpus
+    from harness.batch.executor import DeviceSlot, SlotRuntime
+    smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731  (16 CPUs, 8 cores of 2 threads)
+    assert cpus.plan(1, list(range(16)), smt) == ([15], set(range(16)) - {7, 15})
+    assert cpus.plan(2, list(range(16)), smt) == ([15, 14], set(range(16)) - {6, 7, 14, 15})
+    timing, background = cpus.plan(1, [0, 1], lambda c: {0, 1})  # a 2-CPU VM: nothing to spare
+    assert timing == [1] and background is None
+    assert cpus.plan(3, [0, 1], lambda c: {c}) == ([1, 0, None], None)
+
+    allowed = sorted(os.sched_getaffinity(0))
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        before = os.sched_getaffinity(p.pid)
+        with cpus.pinned([p.pid, None], allowed[-1]):
+            assert os.sched_getaffinity(p.pid) == {allowed[-1]}
+        assert os.sched_getaffinity(p.pid) == before
+        with cpus.pinned([p.pid], None):  # no timing CPU (the CPU path): left alone
+            assert os.sched_getaffinity(p.pid) == before
+    finally:
+        p.kill()
+        p.wait()
+    # a slot keeps a reference session per evaluation in flight, and one more
+    assert SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=4), "full", None, concurrency=4).max_sessions == 5
+
+
+@pytest.mark.parametrize("children_lists", [True, False], ids=["children-lists", "proc-scan"])
+def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, children_lists):
+    """cpus.Lender: a build's every process and thread runs on the background CPUs and the timing CPU
+    while no timing phase holds it; a timing phase (pinned with the lender) moves them all off it
+    first, a process forked meanwhile inherits that, and they get it back after. The gate of a batch's
+    slot carries the lender to the timing phase. Both ways of finding a build's processes: the
+    kernel's children lists, and a scan of /proc where it has none."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import cpus
+    from harness.batch.executor import DeviceSlot, SlotRuntime
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    if children_lists and not cpus._children_lists(os.getpid()):
+        pytest.skip("this kernel has no /proc/PID/task/TID/children")
+    monkeypatch.setattr(cpus, "_children_lists", lambda pid: children_lists)
+    timing_cpu, background = allowed[-1], set(allowed[:-1])
+    assert cpus.Lender.plan([timing_cpu], None) is None  # nothing reserved: nothing to lend
+    assert cpus.Lender.plan([None], background) is None
+    smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731
+    planned = cpus.Lender.plan([15, 14], set(range(16)) - {6, 7, 14, 15}, smt)
+    assert planned.timing == {15: {7, 15}, 14: {6, 14}} and planned.mask() == set(range(16))
+    with planned.reclaimed(15):
+        assert planned.mask() == set(range(16)) - {7, 15}
+        with planned.reclaimed(14), planned.reclaimed(15):
+            assert planned.mask() == set(range(16)) - {6, 7, 14, 15}
+        assert planned.mask() == set(range(16)) - {7, 15}  # the outer phase still holds it
+    assert planned.mask() == set(range(16))
+
+    # a build child with a thread and a grandchild, and a pipe to fork another on demand
+    code = ("import os, subprocess, sys, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])]\n"
+            "print(kids[0].pid, flush=True)\n"
+            "for line in sys.stdin:\n"
+            "    kids.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']))\n"
+            "    print(kids[-1].pid, flush=True)\n")
+    build = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    timed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lender = cpus.Lender(background, {timing_cpu: {timing_cpu}})
+
+    def masks(*roots):
+        kids = cpus._children_by_parent()
+        out, stack = {}, list(roots)
+        while stack:
+            p = stack.pop()
+            for t in os.listdir(f"/proc/{p}/task"):
+                out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
+            stack.extend(kids.get(p, ()))
+        return out
+
+    spawned = []
+    try:
+        grandchild = int(build.stdout.readline())
+        spawned.append(grandchild)
+        cpus.restrict(build.pid, background)
+        lender.track(build.pid)
+        seen = masks(build.pid)
+        assert grandchild in seen and len(seen) >= 3  # the child's threads and the grandchild
+        assert set(seen.values()) == {frozenset(allowed)}
+        gate = SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, timing_cpu=timing_cpu), "full", None,
+                           lender=lender).gate
+        assert gate.lender is lender
+        with cpus.pinned([timed.pid], gate.timing_cpu, gate.lender):
+            assert os.sched_getaffinity(timed.pid) == {timing_cpu}
+            assert set(masks(build.pid).values()) == {frozenset(background)}
+            build.stdin.write("fork\n")
+            build.stdin.flush()
+            late = int(build.stdout.readline())
+            spawned.append(late)
+            assert os.sched_getaffinity(late) == background  # inherited
+            lender.track(build.pid)  # a build starting meanwhile gets the same
+            assert set(masks(build.pid).values()) == {frozenset(background)}
+        after = masks(build.pid)
+        assert late in after and set(after.values()) == {frozenset(allowed)}
+        lender.untrack(build.pid)
+        with lender.reclaimed(timing_cpu):  # an ended build is left alone
+            assert set(masks(build.pid).values()) == {frozenset(allowed)}
+        assert lender.moves == 4
+    finally:
+        for pid in spawned:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        for p in (build, timed):
+            p.kill()
+            p.wait()

@@ -1,0 +1,62 @@
+"""harness/timing/fingerprint.py: the fingerprint of each timed call's outputs, matched against the
+reference's, batched as each call alone, its sampled positions drawn from the call's seed."""
+from __future__ import annotations
+
+import torch
+from conftest import FP32
+
+from harness.timing.fingerprint import fingerprints_match
+
+
+def _fp(t, seed):
+    from harness.timing.fingerprint import _fingerprint
+    return _fingerprint(torch, t, seed, 16)
+
+
+def test_fingerprint_matches_honest_and_catches_stale():
+    ref = torch.softmax(torch.randn(8, 4096), 1)
+    honest = ref + 1e-7 * torch.randn_like(ref)
+    stale = torch.softmax(torch.randn(8, 4096), 1)  # another call's answer: same sums, same scale
+    assert fingerprints_match(_fp(honest, 7), _fp(ref, 7), FP32)
+    assert not fingerprints_match(_fp(stale, 7), _fp(ref, 7), FP32)
+    assert not fingerprints_match(_fp(torch.zeros_like(ref), 7), _fp(ref, 7), FP32)
+
+
+def test_fingerprint_positions_follow_the_seed():
+    """The sampled positions come from the call's seed (drawn on the output's device): the same seed
+    reads the same elements, another seed others, so an answer cached for one call does not match
+    the next call's fingerprint even where sums happen to agree."""
+    out = torch.arange(4096, dtype=torch.float32)
+    a, b, c = _fp(out, 11), _fp(out, 11), _fp(out, 12)
+    assert a == b and a[:4] == c[:4]  # numel, sum, abs-sum, L2 norm: seed-free
+    assert a[6:] != c[6:] and len(a[6:]) == 16 and all(0 <= v < 4096 for v in a[6:])
+    assert _fp(torch.empty(0), 3) == [0.0] * 6
+
+
+def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alone():
+    """OutputPrints copies each call's outputs into a row of a buffer and fingerprints a batch of
+    rows at once: the same fingerprint as one call alone, whatever the batch (the candidate's and the
+    reference's processes may batch differently); a batch ends where the buffer is full or the
+    outputs change layout; an output too large for two rows is fingerprinted in place."""
+    import random
+
+    from harness.timing.fingerprint import OutputPrints, _fingerprint
+    rng = random.Random(3)
+    outs = [(torch.randn(1000), torch.randint(0, 5, (7,)), torch.empty(0)) for _ in range(5)]
+    outs += [torch.randn(12), torch.randn(12).half(), torch.randn(12).half()]
+    seeds = [rng.getrandbits(62) for _ in outs]
+    single = [_fingerprint(torch, o, s, 16) for o, s in zip(outs, seeds)]
+    row = 1000 * 4 + 7 * 8  # the integers reduce through float64
+    for free, rows in ((None, len(outs)), (8 * 2 * row, 2), (8 * row, None)):
+        prints = OutputPrints(torch, 16, len(outs), free)
+        seen = []
+        for o, s in zip(outs[:5], seeds[:5]):
+            prints.add(o, s)
+            seen.append(prints.bufs[0].shape[0] if prints.bufs else None)
+        assert seen == [rows] * 5
+        for o, s in zip(outs[5:], seeds[5:]):
+            prints.add(o, s)
+        prints.flush()
+        assert prints.fps == single
+    assert single[0][6 + 16:12 + 16] == [7.0, *single[0][7 + 16:11 + 16], 7.0]  # numel, sums, k of the integers
+    assert single[0][-6:] == [0.0] * 6  # the empty tensor

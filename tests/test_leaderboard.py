@@ -1,0 +1,76 @@
+"""harness/leaderboard.py: fast_p and the geomean by hand, and `harness leaderboard` merging two runs,
+from hand-made records."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+
+def rec(label, problem, status, speedup=None, solution=None, **kw):
+    from harness.records.result import EvalResult
+    return EvalResult(label=label, problem=problem, status=status, speedup=speedup,
+                      runtime_ms=(1.0 / speedup if speedup else None), ref_runtime_ms=1.0 if speedup else None,
+                      solution=solution or f"{label}/{problem}/{status}-{speedup}.py",
+                      solution_hash=f"h-{label}-{problem}-{status}-{speedup}", config_hash="c", **kw)
+
+
+def write_run(path: Path, recs) -> Path:
+    path.mkdir(parents=True)
+    (path / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in recs))
+    return path
+
+
+HAND = [rec("A", "p1", "passed", 2.0), rec("A", "p1", "passed", 0.9), rec("A", "p2", "incorrect"),
+        rec("A", "p3", "passed", 1.2), rec("A", "p3", "timeout"),
+        rec("B", "p1", "passed", 0.5), rec("B", "p2", "compile_error")]
+
+
+def test_fast_p_and_geomean_by_hand(tmp_path):
+    from harness.leaderboard import label_summary, load_records, per_problem
+    df = load_records([write_run(tmp_path / "r", HAND)])
+    s = label_summary(df).set_index("label")
+    # 3 problems in the run. A: best 2.0 on p1, 1.2 on p3, nothing on p2. B: 0.5 on p1.
+    assert s.loc["A", "problems"] == 3 and s.loc["A", "solved"] == 2 and s.loc["B", "attempted"] == 2
+    assert [s.loc["A", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
+        [2 / 3, 2 / 3, 2 / 3, 2 / 3, 1 / 3, 0.0])             # speedup > p, strictly: 2.0 is not > 2
+    assert [s.loc["B", f"fast_{p:g}"] for p in (0, 0.5, 0.8, 1, 1.5, 2)] == pytest.approx(
+        [1 / 3, 0, 0, 0, 0, 0])
+    assert s.loc["A", "geomean_speedup"] == pytest.approx((2.0 * 0.9 * 1.2) ** (1 / 3))  # over passing solutions
+    assert s.loc["B", "geomean_speedup"] == pytest.approx(0.5)
+    assert (s.loc["A", "passed"], s.loc["A", "incorrect"], s.loc["A", "timeout"]) == (3, 1, 1)
+    assert s.loc["B", "compile_error"] == 1
+    pp = per_problem(df).set_index(["label", "problem"])
+    assert pp.loc[("A", "p1"), "best_speedup"] == 2.0 and pp.loc[("A", "p1"), "runtime_ms"] == pytest.approx(0.5)
+    assert pp.loc[("A", "p3"), "status"] == "passed" and pp.loc[("A", "p2"), "status"] == "incorrect"
+    assert pp.loc[("B", "p2"), "status"] == "compile_error"
+
+
+def test_leaderboard_merges_two_runs(tmp_path):
+    r1 = write_run(tmp_path / "r1", HAND)
+    # the second run: a new label, a new problem, and A's p2 solution fixed and re-run (same hash)
+    r2 = write_run(tmp_path / "r2", [rec("C", "p4", "passed", 3.0),
+                                     rec("A", "p2", "passed", 1.1, solution="A/p2/incorrect-None.py")
+                                     .model_copy(update={"solution_hash": "h-A-p2-incorrect-None"})])
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "leaderboard", str(r1), str(r2), "--csv",
+                        str(tmp_path / "lb.csv"), "--markdown", str(tmp_path / "lb.md")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "p4" in p.stdout and "fast_1.5" in p.stdout  # rich tables on stdout
+    lb = pd.read_csv(tmp_path / "lb.csv").set_index(["label", "problem"])
+    assert len(lb) == 6 and lb.loc[("C", "p4"), "best_speedup"] == 3.0
+    assert lb.loc[("A", "p2"), "status"] == "passed" and lb.loc[("A", "p2"), "solutions"] == 1  # the later run stands
+    s = pd.read_csv(tmp_path / "lb_summary.csv").set_index("label")
+    assert (s["problems"] == 4).all()                        # p1..p4 across both runs
+    assert s.loc["A", "fast_1"] == pytest.approx(3 / 4)       # 2.0, 1.1, 1.2 over 4 problems
+    assert s.loc["C", "fast_2"] == pytest.approx(1 / 4)
+    md = (tmp_path / "lb.md").read_text()
+    assert "| label | solved |" in md and "| C | p4 | passed |" in md
+
+
+# --------------------------------------------------------------------------------------------------

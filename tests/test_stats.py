@@ -1,0 +1,104 @@
+"""harness/timing/stats.py: summaries, the process-bias model that widens a small kernel's interval,
+and how many processes a side is timed in (processes_for, processes_needed, pairs_within_budget)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import fake_measurement as _measurement
+
+from harness.timing.stats import summarize, widen_for_process_bias
+
+
+def test_summarize():
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert (s.median, s.min, s.max, s.count) == (2.5, 1.0, 4.0, 4)
+    assert 0 < s.rel_sem < 1
+
+
+def test_the_process_offset_widens_a_small_kernels_interval_and_not_a_large_ones():
+    ci = (0.99, 1.01)
+    # 4 us on both sides: each median carries ±0.12 us of its process: about ±8% on the ratio
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.12, 0.12)
+    assert rel == pytest.approx(math.hypot(0.03, 0.03))
+    assert lo == pytest.approx(math.exp(-math.hypot(math.log(1 / 0.99), 1.96 * rel)))
+    assert lo < 0.93 and hi > 1.07
+    # 1 ms: the calls' interval is the whole story
+    (lo, hi), rel = widen_for_process_bias(ci, 1.0, 1.0, 1.0, 0.12, 0.12)
+    assert rel < 2e-4 and (lo, hi) == pytest.approx(ci, rel=1e-4)
+    # off, or nothing to widen
+    assert widen_for_process_bias(ci, 1.0, 0.004, 0.004, 0.0, 0.0) == (ci, 0.0)
+    # an asymmetric interval keeps its shape: each end widened on its own side
+    (lo, hi), _ = widen_for_process_bias((1.9, 2.3), 2.0, 0.01, 0.005, 0.12, 0.12)
+    assert lo < 1.9 and hi > 2.3 and hi / 2.0 > 2.0 / lo
+    # each side its own offset: a fused candidate (one launch) against a reference of many
+    _, rel = widen_for_process_bias(ci, 2.0, 0.040, 0.020, 1.0, 0.03)
+    assert rel == pytest.approx(math.hypot(1.0 / 40, 0.03 / 20))
+
+
+def test_the_process_offset_grows_with_each_launch_after_the_first():
+    """chain_bias.py: a process's offset on a chain of k kernels grows as k - 1 (each dependent
+    launch waits on the front end at the process's own speed), by events and by spans alike."""
+    from harness.config import Timing
+    from harness.timing.stats import process_bias_us
+    t = Timing(process_bias_us=0.25, kernel_span_process_bias_us=0.03, process_bias_per_launch_us=0.09)
+    assert process_bias_us(t, True, 1) == pytest.approx(0.03)
+    assert process_bias_us(t, True, None) == pytest.approx(0.03)  # not counted: one launch
+    assert process_bias_us(t, True, 16) == pytest.approx(0.03 + 15 * 0.09)
+    assert process_bias_us(t, False, 2) == pytest.approx(0.25 + 0.09)
+    assert process_bias_us(Timing(process_bias_per_launch_us=0.0), False, 24) == pytest.approx(Timing().process_bias_us)
+
+
+def _timing(**kw):
+    from harness.config import Timing
+    return Timing(**kw)
+
+
+@pytest.mark.parametrize("when,cuda,spans,launches,median_ms,expect", [
+    ("auto", True, True, 2, 0.024, 4),     # relu(x + y) at 24 us by spans: 0.09 us of offset, 0.375%
+    ("auto", True, True, 1, 0.004, 1),     # one kernel by spans: only the tick, the same everywhere
+    ("auto", True, False, 1, 0.060, 4),    # one kernel at 60 us by events: 0.25 us, 0.42%
+    ("auto", True, False, 1, 0.287, 1),    # softmax at 0.29 ms by events: 0.09%
+    ("auto", True, False, 2, 0.110, 1),    # two launches at 0.11 ms by events: 0.34 us, 0.31%
+    ("auto", True, False, 16, 0.060, 4),   # 16 launches at 60 us: 1.6 us, 2.7%
+    ("auto", False, False, 3, 0.010, 1),   # the CPU has no such model: one process unless asked
+    ("always", False, False, 1, 5.0, 4),
+    ("never", True, True, 16, 0.010, 1),
+    ("auto", True, True, 2, None, 1),      # no samples: nothing to decide on
+])
+def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_share(when, cuda, spans, launches,
+                                                                                     median_ms, expect):
+    from harness.timing.stats import processes_for
+    assert processes_for(_timing(processes_when=when), cuda, spans, launches, median_ms) == expect
+    assert processes_for(_timing(processes_when=when, processes=1), cuda, spans, launches, median_ms) == 1
+
+
+@pytest.mark.parametrize("n,medians,offset_rel,expect", [
+    (4, [24.0, 24.05, 24.0, 24.04], 0.00375, 4),  # 0.11% of sd: the model's 0.375% asks for 3, it has 4
+    (4, [23.9, 24.1, 23.95, 24.2], 0.00375, 6),   # 0.57% of sd: (0.57 / 0.25)^2 = 5.2
+    (4, [23.66, 24.46, 23.9, 24.2], 0.00375, 8),  # 1.45% (relu(x + y) on 4M floats, session 20): the cap
+    (4, [23.9, 24.1, 23.95, 24.2], 0.02, 8),      # a model above what was seen counts
+    (1, [24.0], 0.01, 1),                         # one process: nothing to go on
+    (8, [23.0, 25.0, 24.0], 0.0, 8),              # at the cap already
+])
+def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, expect):
+    from harness.timing.stats import processes_needed
+    assert processes_needed(_timing(processes_max=8), n, medians, offset_rel) == expect
+    assert processes_needed(_timing(processes_max=5), n, medians, offset_rel) == max(n, min(expect, 5))
+    assert processes_needed(_timing(processes_max=8, processes_target_rel=0), n, medians, offset_rel) == n
+    assert processes_needed(_timing(), n, medians, offset_rel) == expect  # the default: up to 8
+
+
+def test_no_more_pairs_than_fit_in_the_budget():
+    from harness.timing.stats import pairs_within_budget
+    first = _measurement([1.0], [1.0])          # 0.5 s in all; its kept rounds' walls 2 ms a side
+    t = _timing(processes_budget_s=2.5, processes_rounds=3)
+    assert pairs_within_budget(t, [first]) == 125         # (2.5 - 0.5) / (4 x (2 + 2) ms)
+    first.cand.rounds = [(50.0, 1.0, 10, True), (40.0, 1.0, 10, True), (60.0, 1.0, 10, True)]
+    first.ref.rounds = [(50.0, 1.0, 10, True)]
+    assert pairs_within_budget(t, [first]) == 5           # (2.5 - 0.5) / (4 x (50 + 50) ms)
+    further = _measurement([1.0], [1.0])
+    further.seconds = 0.3
+    assert pairs_within_budget(t, [first, further, further]) == 4   # (2.5 - 1.1) / 0.3 = 4.7
+    assert pairs_within_budget(_timing(processes_budget_s=1.0), [first, further, further]) == 0
+    assert pairs_within_budget(_timing(processes_budget_s=0), [first]) is None

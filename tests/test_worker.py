@@ -1,0 +1,67 @@
+"""harness/process/: a child process from both ends. The parent's Worker (process/worker.py): a
+request's timeout leaves out the time the worker was stopped. The child's Runner (process/runner.py):
+inputs drawn from their seed, and the dtype option casting inputs and both models."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from conftest import ROOT, TESTS, read_expectation
+
+
+def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone():
+    from harness.process.runner import Runner
+    from harness.records.messages import Setup
+    setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "relu_add.py"),
+             "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    runner = Runner(Setup(**setup))
+    torch.manual_seed(99)
+    state = torch.get_rng_state()
+    x1, x2, y = runner.make_inputs(5), runner.make_inputs(5), runner.make_inputs(6)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(x1, x2))
+    assert not torch.equal(x1[0], y[0])
+    torch.manual_seed(5)  # the values torch.manual_seed's own stream gives: a reference's trial inputs
+    with torch.device("cpu"):  # are the same whichever way the generators were seeded
+        assert torch.equal(runner.problem.get_inputs()[0], x1[0])
+
+
+def test_dtype_option_casts_inputs_and_both_models():
+    from conftest import ROOT, make_config
+    from harness.evaluation import evaluate
+    r = evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py",
+                 make_config(device="cpu", dtype="bf16"))
+    assert r.status.value == "passed", r.error
+    assert r.timing_method and r.config and r.config["dtype"] == "bf16"
+
+
+def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
+    """A neighbour's timing stops a worker mid-request: the request's timeout counts only the time
+    it ran. Real process: a forward that never returns, 1 s of timeout, stopped for 1.5 s of it."""
+    from harness.build import child_env
+    from harness.process.worker import Worker, WorkerTimeout
+    from harness.problems import find_problem
+    from harness.records.messages import BuildCommand, TrialsCommand
+    exp = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
+    setup = {"role": "candidate", "problem_path": str(find_problem(exp.problem).path),
+             "solution_path": str(exp.path), "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    w = Worker(setup, env=child_env(tmp_path / "ext", "cpu"))
+    try:
+        assert w.wait_reply("load", 120).ok
+        assert w.request(BuildCommand(init_seed=1), 60)[0].ok
+        assert not w.out_of_step
+        stop, go = threading.Timer(0.3, w.pause), threading.Timer(1.8, w.resume)
+        stop.start(), go.start()
+        t0 = time.perf_counter()
+        with pytest.raises(WorkerTimeout):
+            w.request(TrialsCommand(seeds=[1], shapes=[{}]), 1.0)
+        waited = time.perf_counter() - t0
+        go.join()
+        assert 2.4 < waited < 4.0, waited
+        assert w.out_of_step  # its reply may still come: the worker is not to be asked again
+        assert abs(w.stopped_for() - 1.5) < 0.2, w.stopped_for()
+    finally:
+        w.kill()
+        w.close(grace=0)
