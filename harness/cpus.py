@@ -19,7 +19,7 @@ minute), so a `Lender` gives the timing CPUs to the builds whenever no timing ph
 takes each back, moving every process of every build off it, before a timing phase starts
 (`pinned(..., lender=)`, 9-16 ms). On a 16-core H100 machine the builds kept that CPU 83-87% busy
 through a cold batch against 24-26% without, and the batch took 119-121 s against 128-137 s
-(bench/results/throughput-cuda.md, session 18).
+(bench/results/throughput-cuda.md).
 """
 from __future__ import annotations
 

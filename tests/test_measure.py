@@ -281,7 +281,7 @@ def test_kernel_spans_are_chosen_by_the_references_gpu_work_not_its_events(span_
     """timing.kernel_span = "auto" compares the reference's GPU work in the warm-up round (CUPTI's
     spans, recorded there for launch counts) with kernel_span_below_ms, not its events: a round whose
     launching outlasted the hold put a 24 us kernel's events over 50 us, and that run alone was
-    timed by events (#5, H100, session 25)."""
+    timed by events (H100)."""
     import random
 
     import harness.timing.measure as measuring

@@ -76,7 +76,7 @@ def test_a_side_is_timed_in_several_processes_where_its_offset_is_a_sizeable_sha
 @pytest.mark.parametrize("n,medians,offset_rel,expect", [
     (4, [24.0, 24.05, 24.0, 24.04], 0.00375, 4),  # 0.11% of sd: the model's 0.375% asks for 3, it has 4
     (4, [23.9, 24.1, 23.95, 24.2], 0.00375, 6),   # 0.57% of sd: (0.57 / 0.25)^2 = 5.2
-    (4, [23.66, 24.46, 23.9, 24.2], 0.00375, 8),  # 1.45% (relu(x + y) on 4M floats, session 20): the cap
+    (4, [23.66, 24.46, 23.9, 24.2], 0.00375, 8),  # 1.45% (relu(x + y) on 4M floats): the cap
     (4, [23.9, 24.1, 23.95, 24.2], 0.02, 8),      # a model above what was seen counts
     (1, [24.0], 0.01, 1),                         # one process: nothing to go on
     (8, [23.0, 25.0, 24.0], 0.0, 8),              # at the cap already

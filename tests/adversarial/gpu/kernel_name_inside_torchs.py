@@ -4,7 +4,7 @@
 # Games the kernel list by its name: the extension defines a kernel named `elementwise_kernel`, never
 # launches it, and hands the work to PyTorch, whose relu runs as
 # at::native::vectorized_elementwise_kernel<...>. Its name contains the solution's, so a check for a
-# defined name anywhere in a listed one (until session 14) said a custom kernel ran. Only a whole
+# defined name anywhere in a listed one would say a custom kernel ran. Only a whole
 # name of the solution's own, outside PyTorch's namespaces, counts now.
 import torch
 import torch.nn as nn
