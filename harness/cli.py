@@ -125,7 +125,8 @@ def problems_list(problems_dir, level, text, as_json):
             t.add_row(r["name"], str(r["level"]), f"[red]{r['error']}[/]", "", "")
             continue
         t.add_row(r["name"], str(r["level"]), ", ".join(r["inputs"]),
-                  f"{(r['flops'] or 0) / 1e9:.1f}", f"{(r['bytes'] or 0) / 1e6:.1f}")
+                  "-" if r["flops"] is None else f"{r['flops'] / 1e9:.1f}",
+                  "-" if r["bytes"] is None else f"{r['bytes'] / 1e6:.1f}")
     _console(stderr=False).print(t)
 
 

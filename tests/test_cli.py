@@ -31,6 +31,9 @@ def test_eval_json_is_one_object_on_stdout():
     assert REQUIRED <= rec.keys()
     assert rec["status"] == "passed" and rec["env"]["torch"]
     assert rec["runtime_ms"] > 0 and rec["runtime_stats"]["count"] >= 5
+    # the numerics the reference ran with, in every record (correctness.allow_tf32 = false)
+    env = rec["env"]
+    assert (env["cudnn_allow_tf32"], env["matmul_allow_tf32"], env["float32_matmul_precision"]) == (False, False, "highest")
 
 
 def test_eval_problem_by_name_and_table_output():

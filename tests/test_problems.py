@@ -106,3 +106,29 @@ def test_kernelbench_ids_resolve(tmp_path):
     assert find_problem("33", [tmp_path]).path.name == "33_Gemm_Scale_BatchNorm.py"
     assert find_problem("level2/33", [tmp_path]).path.name == "33_Gemm_Scale_BatchNorm.py"
     assert find_problem("33_Gemm_Scale_BatchNorm", [tmp_path]).kb_id == 33
+
+
+def test_counting_flops_is_bounded_and_a_problem_past_the_bound_says_so(tmp_path):
+    """A forward that dispatches for a long time on meta tensors (KernelBench's recurrent models
+    took minutes each) is described without its FLOPs and bytes, within the bound, and says why;
+    a quick one is counted as before."""
+    import time
+
+    from harness.catalog import describe
+    slow = tmp_path / "slow_loop.py"
+    slow.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        for _ in range(10 ** 7):\n"
+        "            x = x + 1\n"
+        "        return x\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 4)]\n\n"
+        "def get_init_inputs():\n    return []\n")
+    t0 = time.perf_counter()
+    d = describe(find_problem(slow), count_s=0.5)
+    assert time.perf_counter() - t0 < 5
+    assert d["flops"] is None and d["bytes"] is None and "over 0.5 s" in d["count_note"]
+    assert d["input_shapes"] == [[4, 4]]
+    quick = describe(find_problem(ROOT / "tests/problems/linear_relu.py"), count_s=0.5)
+    assert quick["flops"] > 0 and quick["bytes"] > 0 and "count_note" not in quick

@@ -66,6 +66,9 @@ def fingerprint(device: str) -> dict[str, Any]:
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),
         "harness": __version__, "hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)

@@ -50,6 +50,11 @@ class EnvInfo(BaseModel):
     sm_clock_mhz: Optional[int] = None
     mem_clock_mhz: Optional[int] = None
     temperature_c: Optional[int] = None
+    # the numerics the reference ran with (correctness.allow_tf32): cuDNN's and cuBLAS's TF32
+    # switches and torch.get_float32_matmul_precision(), as read in the reference's process
+    cudnn_allow_tf32: Optional[bool] = None
+    matmul_allow_tf32: Optional[bool] = None
+    float32_matmul_precision: Optional[str] = None
 
 
 class TrialCheck(BaseModel):
