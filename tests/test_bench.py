@@ -65,3 +65,41 @@ def test_every_kept_diagnostic_is_listed_and_imports_names_that_exist():
                 for alias in node.names:
                     if not hasattr(mod, alias.name):
                         importlib.import_module(f"{node.module}.{alias.name}")  # a submodule
+
+
+@pytest.mark.slow
+def test_the_kernelbench_bench_scores_identities_and_summarizes_them(tmp_path):
+    """bench/kernelbench.py on a corpus laid out as KernelBench's (levelN/ID_Name.py, baselines/):
+    an identity solution per problem (the model renamed, `super(Model, self)` included), one batch,
+    and a summary with every record, the identity speedups and the published time beside ours."""
+    import json
+    import subprocess
+
+    corpus = tmp_path / "kb"
+    (corpus / "level1").mkdir(parents=True)
+    body = ("import torch\nimport torch.nn as nn\n\n"
+            "class Model(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super(Model, self).__init__()\n\n"
+            "    def forward(self, x):\n"
+            "        return {op}\n\n"
+            "def get_inputs():\n    return [torch.randn(64, 256)]\n\n"
+            "def get_init_inputs():\n    return []\n")
+    (corpus / "level1" / "1_TinyRelu.py").write_text(body.format(op="torch.relu(x)"))
+    (corpus / "level1" / "2_TinyTanh.py").write_text(body.format(op="torch.tanh(x)"))
+    base = corpus / "baselines" / "H100_Modal"
+    base.mkdir(parents=True)
+    (base / "baseline_time_torch.json").write_text(json.dumps({"level1": {"1_TinyRelu.py": {"mean": 0.5}}}))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "bench/kernelbench.py", "--corpus", str(corpus), "--levels", "1",
+                        "--device", "cpu", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:], (out / "batch.log").read_text()[-3000:])
+    assert "class ModelNew" in (out / "subs/identity/level_1_problem_1_sample_0_kernel.py").read_text()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["records"] == 2 and s["statuses"] == {"passed": 2}
+    assert s["identity"]["passed"] == 2 and s["identity"]["median"] > 0
+    assert s["peak_host_rss_gb"] > 0 and s["records_per_min"] > 0
+    rows = {r["problem"]: r for r in s["problems"]}
+    assert rows["level1/1_TinyRelu"]["kb_eager_ms"] == 0.5 and rows["level1/1_TinyRelu"]["ref_over_kb"] > 0
+    assert rows["level1/2_TinyTanh"]["kb_eager_ms"] is None
+    assert "| level1/1_TinyRelu | passed |" in (out / "summary.md").read_text()

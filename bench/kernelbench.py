@@ -1,0 +1,282 @@
+"""The harness on the corpus its users score: KernelBench, through `harness batch`.
+
+    python bench/kernelbench.py --levels 2                  # level 2's identity solutions, this GPU
+    python bench/kernelbench.py --levels 1 2 3 --limit 10   # the first 10 problems of each level
+    python bench/kernelbench.py --generations DIR --levels 2  # a folder of generations instead
+
+An identity solution is the problem file with `class Model` renamed `ModelNew`: PyTorch only, nothing
+to build, so every one should pass at a speedup of 1.00. Generations are files named as KernelBench
+names them (`level_{L}_problem_{P}_sample_{S}_kernel.py`, or any layout `harness batch` matches).
+
+The batch runs as a child process (`python -m harness.cli batch`); this script samples the resident
+memory of the batch's whole process tree and the GPU's used memory while it runs, then reads the run
+folder and prints (and writes to OUT/summary.md and OUT/summary.json):
+- records per status, records per minute, the batch's wall time;
+- the identity speedups: median, p5, p95, how many outside [0.97, 1.03], how many whose own
+  interval excludes 1 (identity runs only);
+- peak host RSS of all the harness's processes, peak GPU memory used;
+- each problem's reference time beside KernelBench's published eager time on an H100
+  (baselines/H100_Modal, PyTorch 2.5: a table to read, not a target).
+Copy the table into bench/results/kernelbench-<GPU>.md with the date and the code's commit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = (REPO.parent / "shared" / "kernelbench") if (REPO.parent / "shared" / "kernelbench").is_dir() \
+    else REPO / "shared" / "kernelbench"
+KB_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+MODEL = re.compile(r"\bModel\b")
+
+
+def problem_files(corpus: Path, levels: list[int], limit: Optional[int], only: list[str]) -> list[tuple[int, int, Path]]:
+    """(level, id, path) of the chosen problems, by level then id."""
+    out = []
+    for level in levels:
+        found = []
+        for p in sorted((corpus / f"level{level}").glob("*.py")):
+            m = KB_FILE.match(p.name)
+            if m and (not only or any(s.lower() in p.stem.lower() for s in only)):
+                found.append((level, int(m.group(1)), p))
+        found.sort(key=lambda t: t[1])
+        out += found[:limit] if limit else found
+    return out
+
+
+def identity_source(problem_source: str) -> str:
+    """The problem's own code with its model named ModelNew (and every use of the name with it)."""
+    return MODEL.sub("ModelNew", problem_source)
+
+
+def write_identities(problems: list[tuple[int, int, Path]], subs: Path) -> int:
+    """One identity solution per problem, KernelBench-named, under subs/identity/."""
+    folder = subs / "identity"
+    folder.mkdir(parents=True, exist_ok=True)
+    for level, pid, path in problems:
+        (folder / f"level_{level}_problem_{pid}_sample_0_kernel.py").write_text(identity_source(path.read_text()))
+    return len(problems)
+
+
+def link_generations(src: Path, problems: list[tuple[int, int, Path]], subs: Path) -> int:
+    """The generations of the chosen problems, linked under subs/ (their label folders kept)."""
+    wanted = {(level, pid) for level, pid, _ in problems}
+    n = 0
+    for f in sorted(src.rglob("*")):
+        m = re.match(r"^level_(\d+)_problem_(\d+)_sample_\d+_kernel$", f.stem)
+        if f.is_file() and m and (int(m.group(1)), int(m.group(2))) in wanted:
+            dest = subs / f.relative_to(src)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                dest.symlink_to(f.resolve())
+            n += 1
+    return n
+
+
+# -- what the batch's processes hold ---------------------------------------------------------------
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of `root` and every process under it."""
+    kids, todo, total = _children(), [root], 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            pass
+        todo += kids.get(pid, [])
+    return total
+
+
+def gpu_used_bytes() -> Optional[int]:
+    """Memory used on every GPU, summed (NVML, else nvidia-smi); None without either."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
+                   for i in range(pynvml.nvmlDeviceGetCount()))
+    except Exception:  # noqa: BLE001 - no NVML here: ask nvidia-smi
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        return sum(int(x) for x in out.stdout.split()) << 20 if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+class Peaks(threading.Thread):
+    """Samples the batch's process tree and the GPUs every `every` seconds until stopped."""
+
+    def __init__(self, pid: int, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.rss = 0
+        self.gpu: Optional[int] = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        gpu_every, last_gpu = max(self.every, 2.0), 0.0
+        while not self.done.is_set():
+            self.rss = max(self.rss, tree_rss_bytes(self.pid))
+            if time.monotonic() - last_gpu >= gpu_every:
+                last_gpu = time.monotonic()
+                used = gpu_used_bytes()
+                if used is not None:
+                    self.gpu = max(self.gpu or 0, used)
+            self.done.wait(self.every)
+
+
+# -- the summary -------------------------------------------------------------------------------------
+
+def _quantile(xs: list[float], q: float) -> Optional[float]:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    i = q * (len(xs) - 1)
+    lo = int(i)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (i - lo)
+
+
+def kb_key(problem_name: str) -> Optional[tuple[str, str]]:
+    """("level2", "12_Gemm_Multiply_LeakyReLU.py") for a KernelBench problem's name."""
+    parts = problem_name.split("/")
+    return (parts[-2], parts[-1] + ".py") if len(parts) >= 2 and parts[-2].startswith("level") else None
+
+
+def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, identity: bool) -> dict:
+    recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
+    statuses: dict[str, int] = {}
+    for r in recs:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    sp = [r["speedup"] for r in recs if r["status"] == "passed" and r.get("speedup")]
+    out = {
+        "records": len(recs), "statuses": statuses, "wall_s": round(wall_s, 1),
+        "records_per_min": round(len(recs) / (wall_s / 60), 2) if wall_s > 0 else None,
+        "peak_host_rss_gb": round(peaks.rss / 2**30, 2) if peaks else None,
+        "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks and peaks.gpu is not None else None,
+        "gpu": next((r["env"].get("gpu_name") for r in recs if r.get("env")), None),
+    }
+    if identity:
+        excl = [r for r in recs if r["status"] == "passed" and r.get("speedup_ci")
+                and not (r["speedup_ci"][0] <= 1.0 <= r["speedup_ci"][1])]
+        out["identity"] = {
+            "passed": len(sp), "median": _round(_quantile(sp, 0.5)), "p5": _round(_quantile(sp, 0.05)),
+            "p95": _round(_quantile(sp, 0.95)), "outside_0.97_1.03": sum(not 0.97 <= s <= 1.03 for s in sp),
+            "interval_excludes_1": len(excl)}
+    rows = []
+    for r in sorted(recs, key=lambda r: r["problem"]):
+        key = kb_key(r["problem"])
+        kb = baseline.get(key[0], {}).get(key[1], {}).get("mean") if key else None
+        rows.append({"problem": r["problem"], "status": r["status"], "ref_ms": _round(r.get("ref_runtime_ms"), 4),
+                     "kb_eager_ms": kb, "ref_over_kb": _round(r["ref_runtime_ms"] / kb, 3)
+                     if kb and r.get("ref_runtime_ms") else None,
+                     "speedup": _round(r.get("speedup")), "error": (r.get("error") or "")[:120] or None})
+    out["problems"] = rows
+    return out
+
+
+def _round(x: Optional[float], n: int = 4) -> Optional[float]:
+    return None if x is None else round(x, n)
+
+
+def markdown(s: dict) -> str:
+    lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute) on {s['gpu']}; "
+             f"statuses {s['statuses']}; peak host RSS {s['peak_host_rss_gb']} GB, peak GPU used "
+             f"{s['peak_gpu_used_gb']} GB", ""]
+    if "identity" in s:
+        lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
+    lines += ["| problem | status | ref ms | KernelBench eager ms | ratio | speedup | error |",
+              "|---|---|---:|---:|---:|---:|---|"]
+    for r in s["problems"]:
+        lines.append(f"| {r['problem']} | {r['status']} | {r['ref_ms'] if r['ref_ms'] is not None else '-'} | "
+                     f"{r['kb_eager_ms'] if r['kb_eager_ms'] is not None else '-'} | "
+                     f"{r['ref_over_kb'] if r['ref_over_kb'] is not None else '-'} | "
+                     f"{r['speedup'] if r['speedup'] is not None else '-'} | {r['error'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", type=int, nargs="+", default=[2])
+    ap.add_argument("--limit", type=int, default=None, help="the first N problems of each level (by id)")
+    ap.add_argument("--only", action="append", default=[], help="problems whose file name holds this text")
+    ap.add_argument("--generations", type=Path, default=None, help="score this folder's files, not identities")
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="KernelBench timings JSON (default: the corpus's baselines/H100_Modal eager file)")
+    ap.add_argument("--out", type=Path, default=None, help="work folder (default bench/out/kernelbench-<time>)")
+    ap.add_argument("--config", type=Path, default=None, help="a harness config file for the batch")
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--timeout", type=float, default=None, help="stop the batch after this many seconds")
+    ap.add_argument("batch_args", nargs="*", help="after --: more options for `harness batch`")
+    args = ap.parse_args()
+
+    out = args.out or REPO / "bench" / "out" / f"kernelbench-{time.strftime('%Y%m%d-%H%M%S')}"
+    subs, run = out / "subs", out / "run"
+    problems = problem_files(args.corpus, args.levels, args.limit, args.only)
+    if not problems:
+        print(f"no problems of levels {args.levels} under {args.corpus}", file=sys.stderr)
+        return 2
+    n = (link_generations(args.generations, problems, subs) if args.generations
+         else write_identities(problems, subs))
+    print(f"{n} solutions for {len(problems)} problems in {subs}", file=sys.stderr)
+    cmd = [sys.executable, "-m", "harness.cli", "batch", str(subs), "--problems", str(args.corpus),
+           "--out", str(run), "--device", args.device, *(["--config", str(args.config)] if args.config else []),
+           *args.batch_args]
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(out / "batch.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        peaks = Peaks(proc.pid)
+        peaks.start()
+        try:
+            rc = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            rc = proc.wait()
+            print(f"stopped after {args.timeout:g} s", file=sys.stderr)
+        peaks.done.set()
+        peaks.join()
+    wall = time.perf_counter() - t0
+    base_file = args.baseline or args.corpus / "baselines" / "H100_Modal" / "baseline_time_torch.json"
+    baseline = json.loads(base_file.read_text()) if base_file.exists() else {}
+    if not (run / "results.jsonl").exists():
+        print(f"the batch wrote no records (rc {rc}); see {out / 'batch.log'}", file=sys.stderr)
+        return 1
+    s = summarize(run, wall, peaks, baseline, identity=args.generations is None)
+    s["batch_rc"], s["command"] = rc, " ".join(cmd)
+    (out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    md = markdown(s)
+    (out / "summary.md").write_text(md)
+    print(md)
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
