@@ -14,7 +14,8 @@ folder and prints (and writes to OUT/summary.md and OUT/summary.json):
 - records per status, records per minute, the batch's wall time;
 - the identity speedups: median, p5, p95, how many outside [0.97, 1.03], how many whose own
   interval excludes 1 (identity runs only);
-- peak host RSS of all the harness's processes, peak GPU memory used;
+- peak host memory of all the harness's processes (PSS), the host's lowest available memory, peak
+  GPU memory used;
 - each problem's reference time beside KernelBench's published eager time on an H100
   (baselines/H100_Modal, PyTorch 2.5: a table to read, not a target).
 Copy the table into bench/results/kernelbench-<GPU>.md with the date and the code's commit.
@@ -98,19 +99,27 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Resident memory of `root` and every process under it."""
+def tree_memory_bytes(root: int) -> int:
+    """Memory of `root` and every process under it, by proportional set size: pages that forked
+    processes share (a fork server's torch) are counted once in all, not once a process."""
     kids, todo, total = _children(), [root], 0
-    page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         pid = todo.pop()
         try:
-            with open(f"/proc/{pid}/statm") as fh:
-                total += int(fh.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                total += next(int(ln.split()[1]) for ln in fh if ln.startswith("Pss:")) << 10
+        except (OSError, ValueError, IndexError, StopIteration):
             pass
         todo += kids.get(pid, [])
     return total
+
+
+def mem_available_bytes() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as fh:
+            return next(int(ln.split()[1]) for ln in fh if ln.startswith("MemAvailable:")) << 10
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def gpu_used_bytes() -> Optional[int]:
@@ -138,12 +147,16 @@ class Peaks(threading.Thread):
         self.pid, self.every = pid, every
         self.rss = 0
         self.gpu: Optional[int] = None
+        self.available: Optional[int] = None  # the host's lowest MemAvailable meanwhile
         self.done = threading.Event()
 
     def run(self) -> None:
         gpu_every, last_gpu = max(self.every, 2.0), 0.0
         while not self.done.is_set():
-            self.rss = max(self.rss, tree_rss_bytes(self.pid))
+            self.rss = max(self.rss, tree_memory_bytes(self.pid))
+            avail = mem_available_bytes()
+            if avail is not None:
+                self.available = min(self.available if self.available is not None else avail, avail)
             if time.monotonic() - last_gpu >= gpu_every:
                 last_gpu = time.monotonic()
                 used = gpu_used_bytes()
@@ -178,8 +191,9 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
     out = {
         "records": len(recs), "statuses": statuses, "wall_s": round(wall_s, 1),
         "records_per_min": round(len(recs) / (wall_s / 60), 2) if wall_s > 0 else None,
-        "peak_host_rss_gb": round(peaks.rss / 2**30, 2) if peaks else None,
+        "peak_host_pss_gb": round(peaks.rss / 2**30, 2) if peaks else None,
         "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks and peaks.gpu is not None else None,
+        "min_host_available_gb": round(peaks.available / 2**30, 2) if peaks and peaks.available is not None else None,
         "gpu": next((r["env"].get("gpu_name") for r in recs if r.get("env")), None),
     }
     if identity:
@@ -207,8 +221,8 @@ def _round(x: Optional[float], n: int = 4) -> Optional[float]:
 
 def markdown(s: dict) -> str:
     lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute) on {s['gpu']}; "
-             f"statuses {s['statuses']}; peak host RSS {s['peak_host_rss_gb']} GB, peak GPU used "
-             f"{s['peak_gpu_used_gb']} GB", ""]
+             f"statuses {s['statuses']}; peak host memory (PSS) {s['peak_host_pss_gb']} GB, lowest available "
+             f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB", ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
     lines += ["| problem | status | ref ms | KernelBench eager ms | ratio | speedup | error |",

@@ -98,7 +98,7 @@ def test_the_kernelbench_bench_scores_identities_and_summarizes_them(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert s["records"] == 2 and s["statuses"] == {"passed": 2}
     assert s["identity"]["passed"] == 2 and s["identity"]["median"] > 0
-    assert s["peak_host_rss_gb"] > 0 and s["records_per_min"] > 0
+    assert s["peak_host_pss_gb"] > 0 and s["records_per_min"] > 0
     rows = {r["problem"]: r for r in s["problems"]}
     assert rows["level1/1_TinyRelu"]["kb_eager_ms"] == 0.5 and rows["level1/1_TinyRelu"]["ref_over_kb"] > 0
     assert rows["level1/2_TinyTanh"]["kb_eager_ms"] is None
