@@ -83,6 +83,7 @@ class Timing(_Section):
     round_calls: int = Field(10, ge=1)
     cuda_graph: bool = False
     compile_baseline: Literal["auto", "on", "off"] = "auto"
+    compile_baseline_cache: bool = True
     throttle_ratio: float = Field(0.75, ge=0, le=1)
     max_runqueue_frac: float = Field(0.05, ge=0, le=1)
     min_rounds: int = Field(5, ge=1)

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import cpus
+from .. import baselines, cpus
+from ..baselines import CompiledBaseline
 from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records.messages import QuietCommand
 from ..records.result import Status
@@ -44,6 +45,7 @@ class PairTimer:
         self.record_spans: Optional[list] = None  # the first pair's kernel-span decision
         self.first_hold: Optional[float] = None   # the first pair's launch hold, for further pairs
         self.gpu = (ctx.env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else ours
+        self.compiled = True  # the first pair times torch.compile(Model) too (unless its time is cached)
 
     def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
         ctx, cfg = self.ctx, self.ctx.cfg
@@ -62,7 +64,7 @@ class PairTimer:
                 self.settled += time.perf_counter() - s0
             # a further pair: kernel spans recorded or not as in the first (whose decision on them is
             # made again on the pooled calls, and noted), fewer rounds, a share of the budget
-            further = {} if pair == 0 else {
+            further = {"compiled": self.compiled} if pair == 0 else {
                 "compiled": False, "spans": self.record_spans, "min_rounds": cfg.timing.processes_rounds,
                 "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max),
                 "hold_us": self.first_hold}
@@ -156,6 +158,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     if ctx.cuda:
         cand.warm_up()
     timer = PairTimer(ctx, cand, ref)
+    key, stack = baselines.key_for(ctx.problem.source_hash, ctx.size, ctx.dtype, ref.env, cfg)
+    cached = baselines.load(cfg, key) if cfg.timing.compile_baseline_cache else None
+    timer.compiled = cached is None
     t0 = ctx.clock()
     m, note = timer.checked(cand.first, ref.worker, 0)
     if ctx.cuda:  # further pairs start under the first's launch hold, without a warm-up round
@@ -192,7 +197,10 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         tm["pair_medians_ms"] = [
             [round(statistics.median(x), 5) if x else None for x in (p.cand.timed(spans), p.ref.timed(spans))]
             for p in measured]
-    _compile_baseline(ctx, m, spans)
+    _compile_baseline(ctx, m, spans, cached)
+    if m.compiled and cached is None and cfg.timing.compile_baseline_cache:
+        whole = m.spans and m.compiled_span and all(x > 0 for x in m.compiled_span)
+        baselines.store(cfg, key, stack, ctx.problem.name, m.compiled, m.compiled_span if whole else None)
     return Timed(measured=measured, pooled=m, processes=have, spans=spans, pair_notes=pair_notes)
 
 
@@ -287,11 +295,19 @@ def adopt(ctx: Context, m: Measurement) -> bool:
     return spans
 
 
-def _compile_baseline(ctx: Context, m: Measurement, spans: bool) -> None:
-    """torch.compile(Model), timed in the same measurement: spans where the baseline's are whole,
-    else events."""
+def _compile_baseline(ctx: Context, m: Measurement, spans: bool, cached: Optional[CompiledBaseline]) -> None:
+    """torch.compile(Model): timed in the same measurement, or its median from an earlier one of the
+    problem on this device and stack (baselines.py); by spans where the baseline's are whole, else
+    events."""
     res = ctx.res
-    if m.compiled:
+    if cached is not None:
+        by_spans = spans and cached.span_ms is not None
+        res.compile_runtime_ms = cached.span_ms if by_spans else cached.events_ms
+        res.speedup_compile = res.compile_runtime_ms / statistics.median(m.cand.timed(True) if by_spans else m.cand.times)
+        res.timing_method["compile_baseline"] = {"cached": cached.key, "measured_at": cached.measured_at,
+                                                 "calls": cached.calls}
+    elif m.compiled:
+        res.timing_method["compile_baseline"] = "measured"
         both = spans and all(x > 0 for x in m.compiled_span)
         base, cand_t = (m.compiled_span, m.cand.timed(True)) if both else (m.compiled, m.cand.times)
         res.compile_runtime_ms = summarize(base).median

@@ -1,0 +1,71 @@
+"""torch.compile(Model)'s time, measured once per problem, device and software stack, and kept on disk.
+
+Timing the compiled baseline beside every candidate costs each evaluation a third request per round
+(and the reference process its inductor build); N solutions of a problem need it once. The first
+evaluation of a problem measures it, interleaved with the candidate as before, and writes the median
+here; later evaluations on the same GPU model, driver, torch and timing method read it and time only
+reference and candidate. Written by the parent alone, under the build cache's folder.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ValidationError
+
+from .config import Config
+from .records.result import EnvInfo
+
+
+class CompiledBaseline(BaseModel):
+    """One problem's torch.compile time on one device and stack (the medians of its calls, in ms)."""
+
+    key: str
+    problem: str
+    events_ms: float                  # by CUDA events (perf_counter on the CPU path)
+    span_ms: Optional[float] = None   # by kernel spans, where every call's spans were whole
+    calls: int
+    measured_at: str
+    stack: dict[str, Optional[str]]
+
+
+def key_for(problem_hash: str, size: str, dtype: Optional[str], env: Optional[EnvInfo], cfg: Config) -> tuple[str, dict]:
+    """(key, what it is made of): the problem's bytes and size, the device model and driver, torch and
+    CUDA, the numerics and the timing method's settings that move a time."""
+    t = cfg.timing
+    stack = {
+        "problem": problem_hash, "size": size, "dtype": dtype,
+        "device": (env.gpu_name or env.cpu) if env else None, "driver": env.driver if env else None,
+        "torch": env.torch if env else None, "cuda": env.cuda if env else None,
+        "allow_tf32": str(cfg.correctness.allow_tf32), "cpu_threads": str(t.cpu_threads),
+        "flush": f"{t.flush_l2}:{t.flush_method}", "cuda_graph": str(t.cuda_graph),
+    }
+    return hashlib.sha256(json.dumps(stack, sort_keys=True).encode()).hexdigest()[:24], stack
+
+
+def folder(cfg: Config) -> Path:
+    return Path(cfg.cache_dir).resolve() / "baselines"
+
+
+def load(cfg: Config, key: str) -> Optional[CompiledBaseline]:
+    try:
+        rec = CompiledBaseline.model_validate_json((folder(cfg) / f"{key}.json").read_text())
+    except (OSError, ValidationError, ValueError):
+        return None
+    return rec if rec.key == key else None
+
+
+def store(cfg: Config, key: str, stack: dict, problem: str, events: list[float], spans: Optional[list[float]]) -> None:
+    import statistics
+    rec = CompiledBaseline(key=key, problem=problem, events_ms=statistics.median(events),
+                           span_ms=statistics.median(spans) if spans else None, calls=len(events), stack=stack,
+                           measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    d = folder(cfg)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{key}.{os.getpid()}.tmp"
+    tmp.write_text(rec.model_dump_json(indent=1))
+    os.replace(tmp, d / f"{key}.json")  # whole or not at all, for a reader in another evaluation
