@@ -52,9 +52,9 @@ def make_plan(rng: random.Random, trials: int, extra_shapes: list[dict[str, Any]
 
 def _module(problem: Problem):
     """The problem's syntax tree, or None where it does not parse."""
-    import ast
+    from .pyast import parse
     try:
-        return ast.parse(problem.text)
+        return parse(problem.text)
     except SyntaxError:
         return None
 

@@ -72,3 +72,19 @@ def test_help_is_fast_and_imports_no_torch():
     p = subprocess.run([sys.executable, "-c", "import sys, harness.cli; print('torch' in sys.modules)"],
                        cwd=ROOT, capture_output=True, text=True)
     assert p.stdout.strip() == "False"
+
+
+def test_kernelbench_numerics_leave_pytorchs_defaults_and_the_record_says_so(tmp_path):
+    """configs/kernelbench.toml: the reference keeps PyTorch's TF32 defaults (cuDNN on, cuBLAS off)
+    and fp32 outputs pass within 1e-2; the record's env shows the switches as the reference had them."""
+    from harness.config import load_config
+    kb = load_config(ROOT / "configs/kernelbench.toml")
+    assert kb.correctness.allow_tf32 and kb.correctness.tol["fp32"].rel_l2 == 1e-2
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text((ROOT / "configs/kernelbench.toml").read_text() + f'\n[timing]\nbudget_s = 0.5\n')
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "tests/fixtures/cpu/honest_linear_torch.py",
+                        "--problem", "tests/problems/linear_relu.py", "--device", "cpu", "--json", "--config", str(cfg)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rec["status"] == "passed", (rec["error"], p.stderr[-2000:])
+    assert (rec["env"]["cudnn_allow_tf32"], rec["env"]["matmul_allow_tf32"]) == (True, False)

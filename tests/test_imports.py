@@ -245,3 +245,18 @@ def test_the_child_imports_none_of_the_parents_orchestration():
     bad = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in PARENT_ONLY)]
     assert not bad, f"a child process imports {bad}"
 
+
+
+def test_every_parse_of_python_source_goes_through_the_lock():
+    """The parent parses solutions and problems in several threads at once (a batch's build and
+    evaluation threads), which CPython 3.11's ast module cannot take: every parse goes through
+    pyast.parse and its lock, none straight to ast.parse or compile(..., PyCF_ONLY_AST)."""
+    direct = []
+    for m, path in MODULES.items():
+        if m == "harness.pyast":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "ast"):
+                direct.append(f"{m}:{node.lineno}")
+    assert not direct, f"ast.parse outside harness/pyast.py: {direct}"

@@ -214,9 +214,9 @@ def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileO
 
 
 def _parses(code: str) -> bool:
-    import ast
+    from ..pyast import parse
     try:
-        ast.parse(code)
+        parse(code)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -2,13 +2,13 @@
 content-addressed cache (harness/build.py); a solution with nothing to build is only parsed."""
 from __future__ import annotations
 
-import ast
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..build import builds_extensions, compile_solution, extensions_dir, source_file
+from ..pyast import parse
 from ..records.messages import CompileReply
 from ..records.result import Status
 from .context import Context, Failure
@@ -51,7 +51,7 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
 
 def parse_only(code: str, path: str) -> CompileReply:
     try:
-        ast.parse(code, path)
+        parse(code, path)
     except SyntaxError as e:
         return CompileReply(ok=False, category="compile_error", error=f"SyntaxError in solution, line {e.lineno}: {e.msg}")
     return CompileReply(ok=True)
