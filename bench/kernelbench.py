@@ -99,19 +99,39 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_memory_bytes(root: int) -> int:
-    """Memory of `root` and every process under it, by proportional set size: pages that forked
-    processes share (a fork server's torch) are counted once in all, not once a process."""
-    kids, todo, total = _children(), [root], 0
+def tree_memory(root: int) -> dict[int, int]:
+    """Memory of `root` and every process under it, by pid, as proportional set size: pages that
+    forked processes share (a fork server's torch) are counted once in all, not once a process."""
+    kids, todo, out = _children(), [root], {}
     while todo:
         pid = todo.pop()
         try:
             with open(f"/proc/{pid}/smaps_rollup") as fh:
-                total += next(int(ln.split()[1]) for ln in fh if ln.startswith("Pss:")) << 10
+                out[pid] = next(int(ln.split()[1]) for ln in fh if ln.startswith("Pss:")) << 10
         except (OSError, ValueError, IndexError, StopIteration):
             pass
         todo += kids.get(pid, [])
-    return total
+    return out
+
+
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "parent"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone"
+    if "process.child" in cmd:
+        return "child"
+    if "forkserver" in cmd:  # the server itself, or a child it forked (which keeps its command line)
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return "gone"
+        return "fork server" if ppid == root else "child"
+    return "other"
 
 
 def mem_available_bytes() -> Optional[int]:
@@ -146,6 +166,7 @@ class Peaks(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.every = pid, every
         self.rss = 0
+        self.at_peak: dict[str, float] = {}  # GB by role (parent, children, largest child) at the peak
         self.gpu: Optional[int] = None
         self.available: Optional[int] = None  # the host's lowest MemAvailable meanwhile
         self.done = threading.Event()
@@ -153,7 +174,15 @@ class Peaks(threading.Thread):
     def run(self) -> None:
         gpu_every, last_gpu = max(self.every, 2.0), 0.0
         while not self.done.is_set():
-            self.rss = max(self.rss, tree_memory_bytes(self.pid))
+            by_pid = tree_memory(self.pid)
+            total = sum(by_pid.values())
+            if total > self.rss:
+                self.rss = total
+                roles = {pid: _role(pid, self.pid) for pid in by_pid}
+                kids = [b for pid, b in by_pid.items() if roles[pid] == "child"]
+                self.at_peak = {"parent_gb": round(by_pid.get(self.pid, 0) / 2**30, 2),
+                                "children_gb": round(sum(kids) / 2**30, 2), "children": len(kids),
+                                "largest_child_gb": round(max(kids, default=0) / 2**30, 2)}
             avail = mem_available_bytes()
             if avail is not None:
                 self.available = min(self.available if self.available is not None else avail, avail)
@@ -194,6 +223,7 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
         "peak_host_pss_gb": round(peaks.rss / 2**30, 2) if peaks else None,
         "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks and peaks.gpu is not None else None,
         "min_host_available_gb": round(peaks.available / 2**30, 2) if peaks and peaks.available is not None else None,
+        "at_peak": peaks.at_peak if peaks else None,
         "gpu": next((r["env"].get("gpu_name") for r in recs if r.get("env")), None),
     }
     if identity:
@@ -222,7 +252,8 @@ def _round(x: Optional[float], n: int = 4) -> Optional[float]:
 def markdown(s: dict) -> str:
     lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute) on {s['gpu']}; "
              f"statuses {s['statuses']}; peak host memory (PSS) {s['peak_host_pss_gb']} GB, lowest available "
-             f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB", ""]
+             f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB; at the peak {s['at_peak']}",
+             ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
     lines += ["| problem | status | ref ms | KernelBench eager ms | ratio | speedup | error |",

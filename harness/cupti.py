@@ -64,7 +64,7 @@ class KernelRecorder:
         self._free: list[Any] = []
         self._names: list[str] = []
         self._bad = 0
-        # span mode (timing.time_calls): every activity's (start ns, end ns, kernel name, or
+        # span mode (timing.loop.time_calls): every activity's (start ns, end ns, kernel name, or
         # "<memcpy>" or "<memset>")
         self.spans: Optional[list[tuple[int, int, str]]] = None
         self._kinds = (CONCURRENT_KERNEL,)

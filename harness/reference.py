@@ -171,7 +171,7 @@ class ReferenceSession:
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     on_start: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)  # a batch's count
     standby: Optional[Standby] = field(default=None, repr=False, compare=False)  # a batch slot's started processes
-    # further reference processes, for timing a short forward in several (timing.processes_for),
+    # further reference processes, for timing a short forward in several (timing.stats.processes_for),
     # started once for the session and kept for every later solution of the problem
     extra: list[Worker] = field(default_factory=list, repr=False, compare=False)
 
@@ -248,7 +248,7 @@ class ReferenceSession:
         """`n` reference processes besides the first, each with Model built from the same seed (the
         same weights), started together on the first call and reused after. They run no trials: the
         fingerprints of their timed calls are compared with the candidate's, as the first's are.
-        Each is warmed up for timing (timing.warm_up) here, outside the timing phase."""
+        Each is warmed up for timing (timing.measure.warm_up) here, outside the timing phase."""
         from .timing.measure import warm_up
         to = self.cfg.timeouts.problem_s
         with self.lock:

@@ -142,7 +142,7 @@ class Runner:
         blobs = []
         seen: dict = {}
         from ..timing.hold import pinned
-        clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.pin)
+        clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.hold.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
@@ -233,7 +233,7 @@ class Runner:
                 "notes": {"kernel_list": self.listing}}
 
     def span_recorder(self):
-        """The process's CUPTI recorder for timing.time_calls' kernel spans; None where CUPTI cannot
+        """The process's CUPTI recorder for timing.loop.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""
         if self.recorder is None and self.span_why is None:
             from ..cupti import KernelRecorder

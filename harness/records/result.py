@@ -93,8 +93,8 @@ class PhaseTimes(BaseModel):
     # (sharing.DeviceGate.stoppable); in timing_s
     quiet_s: float = 0.0
     # readying processes for timing, outside the timing phase: the candidate's first timing request
-    # (timing.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
-    # a side is timed in several (timing.processes_for); in total_s, not in timing_s
+    # (timing.measure.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
+    # a side is timed in several (timing.stats.processes_for); in total_s, not in timing_s
     processes_s: float = 0.0
 
 

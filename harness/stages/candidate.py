@@ -57,19 +57,22 @@ class CandidateProcesses:
         """The first process replaced by a fresh one (a failed CUDA graph capture leaves torch half
         in capture mode in its process)."""
         self.first.kill()
+        self.first.close(grace=0)  # its pipes and log reader too, not only the process group
         self.start()
         return self.first
 
     def more(self, n: int, spans: bool) -> list[Worker]:
-        """`n` more processes, for timing only (timing.processes_for): each imports the solution and
+        """`n` more processes, for timing only (timing.stats.processes_for): each imports the solution and
         builds ModelNew from the same seed; every timed call's output is checked against the
         reference's, as the first process's are. Returns all further processes so far."""
         cfg, gate, seed = self.ctx.cfg, self.ctx.gate, self.ref.plan.init_seed
         with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
             if self.ctx.standby:
                 self.ctx.standby.reserve(n)
-            new = [self._spawn(phase, further=True) for _ in range(n)]
-            self.further.extend(new)
+            new: list[Worker] = []
+            for _ in range(n):  # each kept as it starts, so that close() reaches it if a later one fails
+                new.append(self._spawn(phase, further=True))
+                self.further.append(new[-1])
             gate.register(self.first, *self.further)
             for w in new:
                 wait_load(w, cfg.timeouts.load_s)

@@ -21,7 +21,7 @@ class Checked:
 
 
 def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Checked:
-    from ..correctness import judge_trial, load_trial  # torch: imported once judging is near
+    from ..correctness import judge_trial  # torch: imported once judging is near
 
     cfg, gate, res, phases = ctx.cfg, ctx.gate, ctx.res, ctx.phases
     t0 = ctx.clock()
@@ -30,14 +30,7 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
         reply, _ = ask(cand.first, TrialsCommand(seeds=ref.plan.seeds, shapes=ref.plan.shapes),
                        cfg.timeouts.run_s, "correctness trials")
     phases.trials_s = ctx.clock() - t0
-    if len(reply.blobs) != len(ref.plan.seeds):
-        raise Failure(Status.runtime_error, "the candidate returned the wrong number of trial outputs",
-                      ["malformed_report"])
-    try:
-        cand_trials = [load_trial(b) for b in reply.blobs]
-    except Exception as e:  # a payload that is not plain tensors is a forged or corrupted report
-        raise Failure(Status.rejected, f"trial output could not be read as plain tensors: {str(e)[:300]}",
-                      ["malformed_report"]) from None
+    cand_trials = candidate_trials(reply, len(ref.plan.seeds), Status.runtime_error)
 
     # calls into its extensions, until (on a GPU) the kernel list, after timing, decides
     if not reply.custom_calls:
@@ -71,6 +64,20 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     return Checked(trials=len(cand_trials), custom_calls=reply.custom_calls or 0)
 
 
+def candidate_trials(reply, expected: int, wrong_count: Status) -> list:
+    """The candidate's trial outputs as plain tensors, `expected` of them; a payload that is not
+    plain tensors is a forged or corrupted report."""
+    from ..correctness import load_trial
+    if len(reply.blobs) != expected:
+        raise Failure(wrong_count, f"the candidate returned {len(reply.blobs)} trial outputs for {expected} trials",
+                      ["malformed_report"])
+    try:
+        return [load_trial(b) for b in reply.blobs]
+    except Exception as e:  # noqa: BLE001
+        raise Failure(Status.rejected, f"trial output could not be read as plain tensors: {str(e)[:300]}",
+                      ["malformed_report"]) from None
+
+
 def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> None:
     """A speedup past the ceiling is re-checked on new inputs (and the extra shapes) before it is
     reported, and flagged either way."""
@@ -85,8 +92,12 @@ def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSess
         with ref.lock:  # the session may serve other evaluations' phases at the same time
             ref_reply, _ = ref.worker.request(TrialsCommand(seeds=seeds, shapes=ref.plan.shapes),
                                               cfg.timeouts.problem_s)
-        for i, (cb, rb) in enumerate(zip(reply.blobs, ref_reply.blobs)):
-            v = judge_trial(i, ref.plan.shape_names[i], load_trial(cb), load_trial(rb), ctx.tol)
+        if not ref_reply.ok or len(ref_reply.blobs) != len(seeds):
+            raise RuntimeError(f"the reference failed the re-check's trials: {ref_reply.error}")
+        # the candidate answered once already: a different count now is a forged report
+        cand_trials = candidate_trials(reply, len(seeds), Status.rejected)
+        for i, (c, rb) in enumerate(zip(cand_trials, ref_reply.blobs)):
+            v = judge_trial(i, ref.plan.shape_names[i], c, load_trial(rb), ctx.tol)
             if not v.check.ok:
                 raise Failure(Status.incorrect, f"re-check after a {res.speedup:.1f}x speedup failed: {v.check.reason}",
                               ["excessive_speedup"])

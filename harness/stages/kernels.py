@@ -1,6 +1,6 @@
 """Stage 6, on a GPU: did a kernel the solution defines run? One forward with CUPTI's kernel
 records on, in the candidate's process after its timing, never before: CUPTI slows every later
-launch in its process (process child's Runner.kernels)."""
+launch in its process (process/runner.py, Runner.kernels)."""
 from __future__ import annotations
 
 from ..process.worker import Worker

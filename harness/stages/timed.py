@@ -1,8 +1,9 @@
 """Stage 5: timing. Reference and candidate are timed in alternating rounds on the same device, each
 process pair measured and held to every check on its own (timed outputs re-checked by fingerprint,
 device times cross-checked against host clocks, a flagged measurement taken again). A short forward
-of several launches is timed in further process pairs (timing.processes_for), all kept calls
-pooled. The timing loop itself is the child's (timing.time_calls); this is the parent's side."""
+of several launches is timed in further process pairs (timing.stats.processes_for), all kept calls
+pooled. This is the parent's side: timing.measure.measure sends each round's TimeCommand, which the
+child's Runner.time (process/runner.py) runs through the timing loop, timing.loop.time_calls."""
 from __future__ import annotations
 
 import statistics
@@ -152,8 +153,8 @@ def _sound(m: Measurement, c: Worker) -> None:
 
 def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Timed:
     """The first pair, then further pairs where a side's process offset is a sizeable share of its
-    median (timing.processes_for), then more, up to processes_max, where those processes' own
-    medians lie further apart than the model says (timing.processes_needed)."""
+    median (timing.stats.processes_for), then more, up to processes_max, where those processes' own
+    medians lie further apart than the model says (timing.stats.processes_needed)."""
     cfg, phases = ctx.cfg, ctx.phases
     if ctx.cuda:
         cand.warm_up()
