@@ -187,6 +187,27 @@ def test_resume_after_sigkill(tmp_path):
     assert p.returncode != 0 and "--resume" in p.stderr
 
 
+def test_a_second_batch_on_a_run_folder_in_use_is_refused(tmp_path):
+    """Two writers on one run folder (a --resume started twice) recorded items twice: while one
+    batch holds the folder, another is refused at once and writes nothing; once it is free, the
+    same command runs."""
+    from harness.batch.runfolder import RunLock
+    write(tmp_path / "subs" / "modelL" / "relu_add" / "s0.py", GOOD.format("torch.relu(a + b)"))
+    cfg, run = cli_config(tmp_path), tmp_path / "run"
+    args = [sys.executable, "-m", "harness.cli", "batch", str(tmp_path / "subs"), "--problems", str(PROBLEMS),
+            "--out", str(run), "--config", str(cfg), "--device", "cpu", "--resume"]
+    held = RunLock(run)
+    try:
+        p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert p.returncode != 0 and "another harness batch is writing to" in p.stderr, p.stderr[-2000:]
+        assert not (run / "results.jsonl").exists()
+    finally:
+        held.release()
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(records(run)) == 1
+
+
 def test_matching_rules_and_labels(tmp_path):
     from harness.batch.plan import plan_items
     from harness.problems import discover, find_problem

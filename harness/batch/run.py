@@ -33,7 +33,7 @@ from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
 from .executor import DeviceSlot, LocalExecutor
 from .pipeline import BatchSummary, Pipeline
 from .plan import BatchError, Item, Skipped, plan_items
-from .runfolder import EventLog, ResultsFile, default_run_dir, read_records, record_key
+from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key
 
 
 def kill_children() -> None:
@@ -89,45 +89,49 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
 
     run_dir = Path(out) if out else default_run_dir()
     results_path = run_dir / "results.jsonl"
-    _open_run_dir(run_dir, cfg, resume, device, slots, gpu_info)
-    summary = BatchSummary(run_dir=run_dir, items=len(items), skipped=list(skipped))
-    events = EventLog(run_dir / "events.jsonl")
-    events.write("start", items=len(items), device=device, slots=[s.name for s in slots], resume=resume)
-    for sk in skipped:
-        events.write("skipped", **sk.__dict__)
-    if resume:
-        items = _still_to_do(items, cfg, results_path, summary, console)
-
-    executor, lender, compile_env = _make_executor(device, slots, cfg, compile_workers, size, dtype)
-    results = ResultsFile(results_path)
-    pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
-                    verbose or not console.is_terminal, compile_env)
-    summary.setup_s = time.perf_counter() - t_start
-
-    old_term = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_term)
+    lock = RunLock(run_dir)  # one writer: a second batch on this folder is refused, not interleaved
     try:
-        if items:
-            _run_with_progress(pipe, console, show_progress and console.is_terminal)
-        t_end = time.perf_counter()
-        executor.shutdown()
-        summary.shutdown_s = time.perf_counter() - t_end
-    except KeyboardInterrupt:
-        summary.interrupted = True
-        executor.shutdown(cancel=True)
-        kill_children()
-        console.print(f"[red]interrupted[/]: {summary.records} record(s) written to {results_path}; "
-                      "finish with --resume", highlight=False, soft_wrap=True)
-    finally:
-        results.close()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, old_term)
-        _close_summary(summary, t_start, pipe, executor, lender, events)
+        _open_run_dir(run_dir, cfg, resume, device, slots, gpu_info)
+        summary = BatchSummary(run_dir=run_dir, items=len(items), skipped=list(skipped))
+        events = EventLog(run_dir / "events.jsonl")
+        events.write("start", items=len(items), device=device, slots=[s.name for s in slots], resume=resume)
+        for sk in skipped:
+            events.write("skipped", **sk.__dict__)
+        if resume:
+            items = _still_to_do(items, cfg, results_path, summary, console)
 
-    _write_leaderboard(run_dir, summary, console)
-    if summary.interrupted:
-        raise KeyboardInterrupt
+        executor, lender, compile_env = _make_executor(device, slots, cfg, compile_workers, size, dtype)
+        results = ResultsFile(results_path)
+        pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
+                        verbose or not console.is_terminal, compile_env)
+        summary.setup_s = time.perf_counter() - t_start
+
+        old_term = signal.getsignal(signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _on_term)
+        try:
+            if items:
+                _run_with_progress(pipe, console, show_progress and console.is_terminal)
+            t_end = time.perf_counter()
+            executor.shutdown()
+            summary.shutdown_s = time.perf_counter() - t_end
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            executor.shutdown(cancel=True)
+            kill_children()
+            console.print(f"[red]interrupted[/]: {summary.records} record(s) written to {results_path}; "
+                          "finish with --resume", highlight=False, soft_wrap=True)
+        finally:
+            results.close()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, old_term)
+            _close_summary(summary, t_start, pipe, executor, lender, events)
+
+        _write_leaderboard(run_dir, summary, console)
+        if summary.interrupted:
+            raise KeyboardInterrupt
+    finally:
+        lock.release()
     return summary
 
 

@@ -1,14 +1,37 @@
-"""The run folder's files: its default name, results.jsonl (read back for --resume, appended one
-record at a time) and events.jsonl (the run's timeline)."""
+"""The run folder's files: its default name, its lock (one writer at a time), results.jsonl (read
+back for --resume, appended one record at a time) and events.jsonl (the run's timeline)."""
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import os
 from pathlib import Path
 from typing import Optional
 
 from ..records.result import EvalResult
+from .plan import BatchError
+
+
+class RunLock:
+    """An exclusive lock on RUN/.lock for as long as a batch writes to RUN: a second `harness batch`
+    on the same folder (a --resume started twice, say) is refused at once instead of recording the
+    same items again beside the first. The kernel drops it if the process dies."""
+
+    def __init__(self, run_dir: Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.fh = open(run_dir / ".lock", "a")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise BatchError(f"another harness batch is writing to {run_dir}; wait for it to end, or use "
+                             "another --out") from None
+
+    def release(self) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
 
 def default_run_dir(base: Path = Path("results")) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
