@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 from typing import Any
 
@@ -63,7 +64,7 @@ def decode(blob) -> dict:
     """Parent side: the record, its tensors views of `blob` (kept alive by them). Raises ValueError
     on anything malformed."""
     import torch
-    buf = blob if isinstance(blob, bytearray) else bytearray(blob)  # frombuffer wants it writable
+    buf = blob if isinstance(blob, (bytearray, mmap.mmap)) else bytearray(blob)  # frombuffer wants it writable
     if len(buf) < _LEN.size:
         raise ValueError("payload too short")
     (hlen,) = _LEN.unpack_from(buf, 0)

@@ -65,3 +65,33 @@ def test_a_workers_timeout_leaves_out_the_time_it_was_stopped(tmp_path):
     finally:
         w.kill()
         w.close(grace=0)
+
+
+def test_an_announced_frame_takes_memory_only_as_its_bytes_arrive():
+    """A reply's frames are read into buffers sized by what the reply announces: 2 GiB announced
+    and nothing sent cost the parent 2.2 GiB. The buffer's memory is taken only where bytes are
+    written, and payload.decode maps tensors on it without a copy."""
+    import os
+
+    from harness import payload
+    from harness.process.worker import new_frame
+
+    def resident() -> int:  # bytes resident now (not the peak, which an earlier test may have set)
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = resident()
+    frame = new_frame(2 << 30)
+    assert len(frame) == 2 << 30
+    grew_mb = (resident() - before) / 2**20
+    assert grew_mb < 64, f"announcing 2 GiB took {grew_mb:.0f} MB"
+    del frame
+
+    t = torch.arange(1000, dtype=torch.float32)
+    blob = b"".join(bytes(p) for p in payload.encode(torch, {"out": t}))
+    frame = new_frame(len(blob))
+    memoryview(frame)[:] = blob
+    rec = payload.decode(frame)
+    assert torch.equal(rec["out"], t)
+    frame[-4:] = b"\0\0\0\0"  # the tensor is a view of the frame, not a copy
+    assert rec["out"][-1].item() == 0.0
