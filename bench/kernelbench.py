@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import statistics
 import subprocess
 import sys
 import threading
@@ -35,6 +33,9 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from harness.cpus import children_by_parent  # noqa: E402
+
 CORPUS = (REPO.parent / "shared" / "kernelbench") if (REPO.parent / "shared" / "kernelbench").is_dir() \
     else REPO / "shared" / "kernelbench"
 KB_FILE = re.compile(r"^(\d+)_(.+)\.py$")
@@ -86,35 +87,23 @@ def link_generations(src: Path, problems: list[tuple[int, int, Path]], subs: Pat
 
 # -- what the batch's processes hold ---------------------------------------------------------------
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    return kids
-
-
-def tree_memory(root: int) -> dict[int, int]:
-    """Memory of `root` and every process under it, by pid, as proportional set size: pages that
-    forked processes share (a fork server's torch) are counted once in all, not once a process."""
-    kids, todo, out = _children(), [root], {}
+def tree_memory(root: int) -> dict[int, tuple[int, int]]:
+    """Memory of `root` and every process under it, by pid, as (proportional set size, parent pid):
+    pages that forked processes share (a fork server's torch) are counted once in all, not once a
+    process."""
+    kids, todo, out = children_by_parent(), [(root, 0)], {}
     while todo:
-        pid = todo.pop()
+        pid, ppid = todo.pop()
         try:
             with open(f"/proc/{pid}/smaps_rollup") as fh:
-                out[pid] = next(int(ln.split()[1]) for ln in fh if ln.startswith("Pss:")) << 10
+                out[pid] = (next(int(ln.split()[1]) for ln in fh if ln.startswith("Pss:")) << 10, ppid)
         except (OSError, ValueError, IndexError, StopIteration):
             pass
-        todo += kids.get(pid, [])
+        todo += [(k, pid) for k in kids.get(pid, [])]
     return out
 
 
-def _role(pid: int, root: int) -> str:
+def _role(pid: int, ppid: int, root: int) -> str:
     if pid == root:
         return "parent"
     try:
@@ -125,11 +114,6 @@ def _role(pid: int, root: int) -> str:
     if "process.child" in cmd:
         return "child"
     if "forkserver" in cmd:  # the server itself, or a child it forked (which keeps its command line)
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return "gone"
         return "fork server" if ppid == root else "child"
     return "other"
 
@@ -174,11 +158,12 @@ class Peaks(threading.Thread):
     def run(self) -> None:
         gpu_every, last_gpu = max(self.every, 2.0), 0.0
         while not self.done.is_set():
-            by_pid = tree_memory(self.pid)
+            tree = tree_memory(self.pid)
+            by_pid = {pid: b for pid, (b, _) in tree.items()}
             total = sum(by_pid.values())
             if total > self.rss:
                 self.rss = total
-                roles = {pid: _role(pid, self.pid) for pid in by_pid}
+                roles = {pid: _role(pid, ppid, self.pid) for pid, (_, ppid) in tree.items()}
                 kids = [b for pid, b in by_pid.items() if roles[pid] == "child"]
                 self.at_peak = {"parent_gb": round(by_pid.get(self.pid, 0) / 2**30, 2),
                                 "children_gb": round(sum(kids) / 2**30, 2), "children": len(kids),

@@ -80,7 +80,7 @@ def _children_lists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/task/{pid}/children")
 
 
-def _children_by_parent() -> dict[int, list[int]]:
+def children_by_parent() -> dict[int, list[int]]:
     """Where the kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): one pass over /proc."""
     kids: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
@@ -168,7 +168,7 @@ def _set_tree(root: int, mask: set[int]) -> None:
     update: a second pass finds it."""
     direct = _children_lists(root)
     for _ in range(1 if direct else 2):
-        kids = None if direct else _children_by_parent()
+        kids = None if direct else children_by_parent()
         stack = [root]
         while stack:
             p = stack.pop()

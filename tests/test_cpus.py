@@ -83,7 +83,7 @@ def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, c
     lender = cpus.Lender(background, {timing_cpu: {timing_cpu}})
 
     def masks(*roots):
-        kids = cpus._children_by_parent()
+        kids = cpus.children_by_parent()
         out, stack = {}, list(roots)
         while stack:
             p = stack.pop()

@@ -47,9 +47,7 @@ def finish(ctx: Context, failure: Optional[Failure]) -> EvalResult:
     if failure is not None:
         res.status = failure.status
         res.error = failure.error
-        for f in failure.flags:
-            if f not in res.flags:
-                res.flags.append(f)
+        ctx.flag(*failure.flags)
         res.log_tail = _tail_lines(failure.log)
         if failure.status != Status.passed:
             res.speedup = None
