@@ -132,6 +132,11 @@ class Batch(_Section):
     lend_timing_cpus: bool = True
 
 
+class Memory(_Section):
+    host_gb: float = Field(0.0, ge=0)
+    gpu_gb: float = Field(0.0, ge=0)
+
+
 class Config(_Section):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     size: Literal["auto", "full", "small"] = "auto"
@@ -142,10 +147,11 @@ class Config(_Section):
     timing: Timing = Field(default_factory=Timing)
     hardening: Hardening = Field(default_factory=Hardening)
     batch: Batch = Field(default_factory=Batch)
+    memory: Memory = Field(default_factory=Memory)
 
     def digest(self) -> str:
         """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run)."""
-        d = self.model_dump(exclude={"cache_dir", "timeouts", "batch"})
+        d = self.model_dump(exclude={"cache_dir", "timeouts", "batch", "memory"})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

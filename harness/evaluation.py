@@ -4,8 +4,8 @@
   1. source      the solution's code, extracted from a raw response and statically checked;
   2. build       its extensions, built in a child (content-addressed cache, compile timeout);
   3. candidate   a fresh child imports the solution and builds ModelNew from the secret seed;
-  4. check       the candidate's correctness trials on fresh inputs, then the reference's in another
-                 process (or a batch's shared session's), every trial judged here in the parent;
+  4. check       correctness trials on fresh inputs, one at a time: the reference's (in another
+                 process, or a batch's shared session's), the candidate's, judged here in the parent;
   5. timed       reference and candidate timed in alternating rounds, every timed output re-checked
                  by fingerprint, device times cross-checked against host clocks;
   6. kernels     on a GPU, whether a kernel the solution defines ran;
@@ -21,6 +21,7 @@ from typing import Optional, Union
 
 from . import cpus
 from .config import Config, load_config
+from .memory import Admission, Hold
 from .process.standby import Standby
 from .problems import Problem, find_problem
 from .records.result import EvalResult, Status
@@ -40,14 +41,14 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
              problem_roots=None, label: Optional[str] = None,
              reference: Optional[ReferenceSession] = None, compiled: Optional[Prebuilt] = None,
              env_extra: Optional[dict[str, str]] = None, standby: Optional[Standby] = None,
-             gate: Optional[DeviceGate] = None) -> EvalResult:
+             gate: Optional[DeviceGate] = None, hold: Optional[Hold] = None) -> EvalResult:
     """`reference`: a session shared by a batch's evaluations of the problem (else one of its own).
     `compiled`: the (reply, failure, log) of a build already made (a batch compiles ahead, on CPU
     workers). `env_extra`: environment overrides for every child (a batch pins each GPU's children
     with CUDA_VISIBLE_DEVICES). `standby`: where the candidate's processes come from, already
     started (a batch's device slot). `gate`: the device slot's gate when several evaluations share
     it (batch sharing): untimed phases run beside other evaluations' phases, timing has the device
-    to itself."""
+    to itself. `hold`: its share of a batch's memory (memory.Admission), else it has the machine."""
     cfg = config or load_config()
     gate = gate or SoloGate(timing_cpu=cpus.plan(1)[0][0])
     t_start = time.perf_counter()
@@ -68,6 +69,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.res.device = ctx.device
     ref = reference or ReferenceSession(prob, cfg, ctx.device, ctx.size, ctx.dtype, env_extra=env_extra)
     ctx.tol = tolerance_for(cfg, ctx.dtype, ref.meta)
+    ctx.hold = hold or Admission(cfg.memory.host_gb, cfg.memory.gpu_gb).hold()
     cand: Optional[CandidateProcesses] = None
     try:
         built = build(ctx, source, compiled)
@@ -90,6 +92,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
         ctx.phases.wait_s = gate.waited - ctx.waited0
         if reference is None:
             ref.close()
+        if hold is None:
+            ctx.hold.release()
     return finish(ctx, None)
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
-                "interface_error", "no_code"]
+                "interface_error", "no_code", "too_big"]
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "runtime_ms", "ref_runtime_ms",
            "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
 
@@ -173,7 +173,7 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
         t.add_column(h, justify="right" if h in ("passed", "best speedup", "runtime", "reference") else "left")
     for _, r in pp.iterrows():
         cells = _problem_cells(r)
-        cells[2] = f"[{STATUS_STYLE.get(cells[2], '')}]{cells[2]}[/]"
+        cells[2] = f"[{STATUS_STYLE.get(cells[2], 'default')}]{cells[2]}[/]"
         t.add_row(*cells)
     console.print(t)
 

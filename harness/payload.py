@@ -24,17 +24,58 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128"
 MAX_DEPTH = 32
 
 
-def encode(torch, record: dict) -> list:
-    """Child side: the payload as buffers to write in order (the tensors' own memory, not copied;
-    they are kept alive by the views). Tensors must already be plain, on the CPU (worker._to_cpu)."""
+# device tensors travel through one pinned host buffer of this size, a slice at a time: the child
+# never holds a host copy of a whole output (a KernelBench level-1 output is up to 17 GB)
+CHUNK_BYTES = 64 << 20
+
+
+class Encoded:
+    """One payload, to be written in order: `size` bytes, produced by iterating (each buffer valid
+    until the next is asked for). Host tensors are written from their own memory; device tensors
+    are copied to the host a chunk at a time as the writer asks."""
+
+    def __init__(self, torch, header: bytes, tensors: list, nbytes: list[int]):
+        self.torch, self.header, self.tensors, self.nbytes = torch, header, tensors, nbytes
+        self.size = len(header) + sum(nbytes)
+
+    def __iter__(self):
+        yield self.header
+        staging = None
+        for t, n in zip(self.tensors, self.nbytes):
+            if not n:
+                continue
+            if t.device.type == "cpu":
+                yield _view(t, n)
+                continue
+            flat = t.reshape(-1).view(self.torch.uint8)
+            if staging is None:
+                staging = self.torch.empty(min(CHUNK_BYTES, max(self.nbytes)), dtype=self.torch.uint8,
+                                           pin_memory=t.device.type == "cuda")
+            for off in range(0, n, len(staging)):
+                k = min(len(staging), n - off)
+                staging[:k].copy_(flat[off:off + k])  # synchronous: the bytes are there when yielded
+                yield _view(staging, k)
+
+
+def _view(t, n: int) -> memoryview:
     import ctypes
+    raw = (ctypes.c_char * n).from_address(t.data_ptr())
+    raw._owner = t  # the view keeps the tensor's memory alive
+    return memoryview(raw).cast("B")
+
+
+def encode(torch, record: dict) -> Encoded:
+    """Child side: the payload, written by iterating it. Tensors must be plain (runner._plain), on
+    the host or a device; anything else in the tree is written as its type's name."""
     tensors: list = []
 
     def enc(x: Any, depth: int = 0):
         if depth > MAX_DEPTH:
             raise ValueError("output nested too deeply")
         if isinstance(x, torch.Tensor):
-            t = x.contiguous()
+            t = x.detach().contiguous()
+            if t.device.type not in ("cpu", "cuda"):
+                t = t.to("cpu")
             tensors.append(t)
             return {"t": len(tensors) - 1}
         if isinstance(x, (list, tuple)):
@@ -48,16 +89,11 @@ def encode(torch, record: dict) -> list:
         return repr(type(x))
 
     tree = enc(record)
+    del enc  # (as in decode: its closure would keep it, and the tensors, alive until the cycle collector runs)
     meta = [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
              "nbytes": t.numel() * t.element_size()} for t in tensors]
     header = json.dumps({"tree": tree, "tensors": meta}).encode()
-    parts: list = [_LEN.pack(len(header)) + header]
-    for t, m in zip(tensors, meta):
-        if m["nbytes"]:
-            raw = (ctypes.c_char * m["nbytes"]).from_address(t.data_ptr())
-            raw._owner = t  # the view keeps the tensor's memory alive
-            parts.append(memoryview(raw).cast("B"))
-    return parts
+    return Encoded(torch, _LEN.pack(len(header)) + header, tensors, [m["nbytes"] for m in meta])
 
 
 def decode(blob) -> dict:
@@ -111,6 +147,9 @@ def decode(blob) -> dict:
         raise ValueError("unknown leaf in payload")
 
     rec = dec(tree)
+    # dec refers to itself through its closure, which holds `tensors`: left to the cycle collector,
+    # every trial's frames stayed mapped until its next pass (128 MB a trial, measured)
+    del dec
     if not isinstance(rec, dict):
         raise ValueError("payload is not a record")
     return rec

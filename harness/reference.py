@@ -1,8 +1,11 @@
 """The reference side of an evaluation: the problem's `Model` in a process of its own.
 
-A `ReferenceSession` holds one live reference worker for one problem on one device, the run's secret
-seeds, and the reference's trial outputs (kept in the parent's memory, never in a file a candidate
-could read). A batch reuses one session for every solution of a problem; `harness eval` makes one.
+A `ReferenceSession` holds one live reference worker for one problem on one device and the run's
+secret seeds. Its trial outputs are computed as a solution's judging asks for them, one trial at a
+time (`trial`), and kept in the parent's memory (never in a file a candidate could read) only while
+they are small: a KernelBench output reaches gigabytes, and five of them for each of a batch's live
+problems exhausted a 128 GiB host. A batch reuses one session for every solution of a problem;
+`harness eval` makes one.
 """
 from __future__ import annotations
 
@@ -23,10 +26,30 @@ from .records.result import EnvInfo
 
 if TYPE_CHECKING:
     from .correctness import TrialData
+    from .memory import Need
 
 
 class ReferenceError(RuntimeError):
     """The problem itself failed: not the solution's fault, and no verdict for it."""
+
+
+class ReferenceTooBig(ReferenceError):
+    """The reference's forward ran out of memory, or its outputs would not fit the host: its
+    solutions get `too_big` (perhaps only because of a neighbour: a batch re-runs them alone)."""
+
+
+def frame_allowance(payload: int, inputs: int) -> int:
+    """What a candidate's answer to a trial may take, from the reference's: its outputs twice over (in
+    a wider dtype, which judging then fails as incorrect), its inputs where it changed them, and a
+    header's slack. Past it, the answer is refused unread: a reply's size is the candidate's to write."""
+    return 2 * payload + inputs + (64 << 20)
+
+
+# the reference's trials a session keeps for its later solutions, in bytes: beyond it, each
+# solution's judging asks the reference process again (a forward and the transfer, against the
+# parent's memory held for as long as the problem has solutions to come)
+TRIAL_CACHE_BYTES = 64 << 20
+OOM = ("out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
 @dataclass
@@ -161,7 +184,7 @@ class ReferenceSession:
     dtype: Optional[str]
     rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(128)))
     plan: Optional[TrialPlan] = None
-    trials: Optional[list[TrialData]] = None
+    need: Optional["Need"] = None  # measured on the first trial (memory.measured)
     env: Optional[EnvInfo] = None
     worker: Optional[Worker] = None
     seconds: float = 0.0
@@ -180,6 +203,57 @@ class ReferenceSession:
         extra = meta.get("extra_shapes", []) if self.cfg.correctness.extra_shapes else []
         self.meta = meta
         self.plan = make_plan(self.rng, self.cfg.correctness.trials, extra)
+        self._cache: dict[tuple, tuple["TrialData", int]] = {}  # (seed, with inputs) -> trial()'s answer
+        self._cached = 0  # bytes
+
+    def trial(self, i: int, with_inputs: bool = False, seeds: Optional[list[int]] = None,
+              on_worker: Optional[Callable[[Worker], None]] = None) -> tuple["TrialData", int]:
+        """The reference's trial `i` of the plan (or of `seeds`: a re-check's own) and the most a
+        candidate's answer to it may take in bytes (frame_allowance): from the cache, else computed
+        now in the reference process. `with_inputs`: with its
+        inputs after the call, even where it left them unchanged (the yardstick for a candidate that
+        changed its own). `on_worker`: told of the process (a stoppable phase)."""
+        from .correctness import load_trial
+        from .memory import measured
+        from .process.worker import FrameTooLarge
+        seed = (seeds or self.plan.seeds)[i]
+        shape = self.plan.shapes[i] if i < len(self.plan.shapes) else {}
+        with self.lock:
+            for key in ((seed, with_inputs), (seed, True)):
+                if key in self._cache:
+                    return self._cache[key]
+            fresh = self.worker is None
+            self.start(on_worker)  # (tells on_worker of a process it starts)
+            if not fresh and on_worker is not None:
+                on_worker(self.worker)
+            try:
+                reply, _ = self.worker.request(
+                    TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], inputs=with_inputs),
+                    self.cfg.timeouts.problem_s)
+            except FrameTooLarge as e:
+                self.close()
+                raise ReferenceTooBig(f"problem {self.problem.name}: the reference's outputs of one trial "
+                                      f"take {e.announced / 2**30:.2f} GB; the host can take "
+                                      f"{e.limit / 2**30:.2f} GB now") from None
+            except Exception as e:
+                tail = self.worker.log_tail()[-2000:] if self.worker else ""
+                self.close()
+                raise ReferenceError(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
+            if not reply.ok:
+                self.close()
+                kind = ReferenceTooBig if any(m in (reply.error or "") for m in OOM) else ReferenceError
+                raise kind(f"problem {self.problem.name}: reference forward failed: {reply.error}")
+            if len(reply.blobs) != 1:
+                self.close()
+                raise ReferenceError(f"problem {self.problem.name}: the reference sent {len(reply.blobs)} trials for one")
+            size = reply.blob_sizes[0]
+            got = (load_trial(reply.blobs[0]), frame_allowance(size, reply.inputs_bytes or 0))
+            if self.need is None:
+                self.need = measured(size, reply.work_rss_bytes or 0, reply.gpu_peak_bytes, self.device)
+            if seeds is None and size + self._cached <= TRIAL_CACHE_BYTES:
+                self._cache[(seed, with_inputs)] = got
+                self._cached += size
+            return got
 
     def setup_for(self, role: str, solution_path: Optional[str] = None) -> Setup:
         return Setup(role=role, problem_path=str(self.problem.path), solution_path=solution_path, device=self.device,
@@ -199,8 +273,8 @@ class ReferenceSession:
         return w
 
     def start(self, on_worker: Optional[Callable[[Worker], None]] = None) -> None:
-        """Spawn the reference, build Model, compute the trial outputs once. `on_worker`: told of
-        the process as soon as it exists (a stoppable phase of the slot's gate)."""
+        """Spawn the reference and build Model (its trials come when judging asks: trial()).
+        `on_worker`: told of the process as soon as it exists (a stoppable phase of the slot's gate)."""
         with self.lock:
             if self.worker is None and self.on_start is not None:
                 self.on_start()  # once per process started, however many evaluations waited on it
@@ -221,11 +295,6 @@ class ReferenceSession:
             reply, _ = self.worker.request(BuildCommand(init_seed=self.plan.init_seed), to)
             if not reply.ok:
                 raise ReferenceError(f"problem {self.problem.name}: Model failed to build: {reply.error}")
-            reply, _ = self.worker.request(TrialsCommand(seeds=self.plan.seeds, shapes=self.plan.shapes), to)
-            if not reply.ok:
-                raise ReferenceError(f"problem {self.problem.name}: reference forward failed: {reply.error}")
-            from .correctness import load_trial
-            self.trials = [load_trial(b) for b in reply.blobs]
             if self.device == "cuda":
                 # what a process pays once for timing (the launch hold's Triton build where it was not
                 # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's

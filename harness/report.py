@@ -7,7 +7,8 @@ from rich.table import Table
 from .records.result import EvalResult
 
 STATUS_STYLE = {"passed": "bold green", "incorrect": "bold red", "compile_error": "red", "runtime_error": "red",
-                "timeout": "yellow", "no_code": "dim", "interface_error": "magenta", "rejected": "bold magenta"}
+                "timeout": "yellow", "no_code": "dim", "interface_error": "magenta", "rejected": "bold magenta",
+                "too_big": "cyan"}
 
 
 def _ms(x):
@@ -18,7 +19,7 @@ def print_result(r: EvalResult, console: Console) -> None:
     t = Table(title=f"{r.solution}  on  {r.problem}", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("status", f"[{STATUS_STYLE.get(r.status.value, '')}]{r.status.value}[/]")
+    t.add_row("status", f"[{STATUS_STYLE.get(r.status.value, 'default')}]{r.status.value}[/]")
     if r.flags:
         t.add_row("flags", ", ".join(r.flags))
     if r.speedup is not None:

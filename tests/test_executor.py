@@ -92,7 +92,7 @@ def test_a_reference_started_once_is_counted_once(monkeypatch):
             time.sleep(0.3)  # long enough for the others to queue on the session's lock
             spawned.append(self.problem.name)
             # a live reference that owes no reply: the slot keeps it (executor.SlotRuntime.evaluate)
-            self.worker, self.trials = SimpleNamespace(returncode=None, out_of_step=False), []
+            self.worker = SimpleNamespace(returncode=None, out_of_step=False)
 
     def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
         reference.start()
@@ -136,7 +136,7 @@ def test_a_gpu_slot_starts_a_problems_reference_beside_its_first_candidate(monke
             time.sleep(0.3)
             if fail:
                 raise ReferenceError("problem relu_add failed to load: boom")
-            self.worker, self.trials = SimpleNamespace(returncode=None, out_of_step=False), []
+            self.worker = SimpleNamespace(returncode=None, out_of_step=False)
 
     def fake_evaluate(solution, problem, cfg, *, reference, gate, **kw):
         time.sleep(0.2)  # the candidate's start and trials

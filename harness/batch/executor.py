@@ -34,6 +34,7 @@ from typing import Optional, Protocol
 from ..build import build_child, child_env
 from ..config import Config
 from ..cpus import Lender
+from ..memory import PROVISIONAL, Admission, Hold
 from ..process.standby import Standby
 from ..process.worker import close_all
 from ..problems import Problem
@@ -55,7 +56,7 @@ def sessions_per_slot(concurrency: int) -> int:
 # failures that a neighbour on a shared device can cause (its memory use, its load): re-run alone
 # (they fail fast; a timeout is not re-run: it would stall the slot for another timeouts.run_s, and a
 # neighbour cannot slow a forward by the ~100x a timeout takes)
-RERUN_ALONE = (Status.runtime_error, Status.interface_error)
+RERUN_ALONE = (Status.runtime_error, Status.interface_error, Status.too_big)
 # ...and of those, only the ones whose message says memory ran short (device or host: the kernel's
 # OOM killer leaves SIGKILL) or that a library's handle could not be made (cuBLAS and cuDNN report an
 # allocation failure that way). A re-run alone stops the whole slot: a solution that raises, or
@@ -64,7 +65,9 @@ RERUN_ALONE = (Status.runtime_error, Status.interface_error)
 NEIGHBOUR_CAUSED = re.compile(r"out of memory|OutOfMemory|alloc|NOT_INITIALIZED|CUDNN_STATUS_INTERNAL_ERROR"
                               r"|ERROR_OUT_OF_MEMORY|SIGKILL|SIGBUS|std::bad_alloc"
                               # a neighbour may have killed the fork server its process came from
-                              r"|fork server was killed", re.IGNORECASE)
+                              r"|fork server was killed"
+                              # the host's free memory, which neighbours take too, could not hold a trial
+                              r"|the host can take", re.IGNORECASE)
 
 
 def neighbour_may_have_caused(rec: EvalResult) -> bool:
@@ -235,8 +238,10 @@ class SlotRuntime:
     (sharing.py): their untimed phases overlap, their timing does not."""
 
     def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: Optional[int] = None,
-                 concurrency: int = 1, lender: Optional[Lender] = None):
+                 concurrency: int = 1, lender: Optional[Lender] = None, admission: Optional[Admission] = None):
         self.slot, self.size, self.dtype = slot, size, dtype
+        # the machine's memory, shared by every slot of a batch (memory.py); one of its own otherwise
+        self.admission = admission
         self.concurrency = max(1, concurrency)
         self.max_sessions = max(1, max_sessions or sessions_per_slot(self.concurrency))
         # a GPU slot's gate is a real one even for one evaluation at a time: its standbys' priming
@@ -360,9 +365,12 @@ class SlotRuntime:
             self._early_reference(key, session)
         drop = False
 
-        def run():
+        def run(hold: Hold):
+            w0 = hold.waited_s
             rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
-                           compiled=task.compiled, env_extra=dict(self.slot.env), standby=standby, gate=self.gate)
+                           compiled=task.compiled, env_extra=dict(self.slot.env), standby=standby, gate=self.gate,
+                           hold=hold)
+            rec.phases.memory_wait_s += hold.waited_s - w0
             if task.compiled is not None:
                 _charge_compile(rec, task.compile_s)
             else:  # built here, after a first try without the GPU
@@ -370,15 +378,22 @@ class SlotRuntime:
                 rec.phases.total_s += task.compile_s
             return rec
 
+        admission = self._admission(task.cfg)
+        gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
+        try:
+            hold = admission.hold(session.need or PROVISIONAL, gpu)
+        except BaseException:
+            self._release(key, session, False)
+            raise
         try:
             self.gate.reset_seen()
-            rec = run()
+            rec = run(hold)
             if self.gate.shared_seen and neighbour_may_have_caused(rec):
                 # it failed while other evaluations shared the device, whose memory use may be the
                 # cause: the verdict comes from a run on its own
                 first = rec.status.value
                 with self.gate.alone():
-                    rec = run()
+                    rec = run(hold)
                 self.reruns += 1
                 rec.flags.append("rerun_alone")
                 rec.timing_method.setdefault("first_try_while_shared", first)
@@ -401,9 +416,30 @@ class SlotRuntime:
             drop = True
             out.reference_dropped = "internal error"
         finally:
+            hold.release()
             self._release(key, session, drop)
+        rec = out.record
+        if rec is not None and (w := hold.waited_s - rec.phases.memory_wait_s) > 0:  # waited before its start
+            rec.phases.memory_wait_s += w
+            rec.phases.total_s += w
         out.busy_s = time.perf_counter() - t0
         return out
+
+    def _admission(self, cfg: Config) -> Admission:
+        with self._lock:
+            if self.admission is None:
+                self.admission = Admission(cfg.memory.host_gb, cfg.memory.gpu_gb)
+                self.admission.on_wait = self.free_idle
+            return self.admission
+
+    def free_idle(self) -> None:
+        """Memory is short: the reference sessions no evaluation holds now are closed (a later
+        solution of their problem starts its reference again)."""
+        with self._lock:
+            idle = [k for k, v in self.sessions.items() if not self._users[id(v)] and id(v) not in self._starting]
+            for k in idle:
+                self._doomed[id(self.sessions[k])] = self.sessions.pop(k)
+        self._close_doomed()
 
     def retire(self, key: str) -> None:
         self.drop(key)
@@ -428,7 +464,8 @@ class LocalExecutor:
     reference sessions."""
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
-                 max_sessions: Optional[int] = None, lender: Optional[Lender] = None):
+                 max_sessions: Optional[int] = None, lender: Optional[Lender] = None,
+                 admission: Optional[Admission] = None):
         self.slots = slots
         # the slots' timing CPUs, lent to builds while nothing is timed (cpus.Lender); local only: a
         # remote backend's builds run on other hosts
@@ -440,7 +477,12 @@ class LocalExecutor:
         # twice the lanes: evaluations in a background phase leave theirs to another (pipeline.SlotState)
         self._slot_pools = {s.name: ThreadPoolExecutor(2 * max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
                             for s in slots}
-        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender) for s in slots}
+        self.admission = admission  # one for every slot: they share the host's memory
+        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender, admission)
+                          for s in slots}
+        if admission is not None:
+            runtimes = list(self._runtimes.values())
+            admission.on_wait = lambda: [rt.free_idle() for rt in runtimes]
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
         return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task, self.lender)

@@ -28,6 +28,7 @@ from typing import Optional
 
 from .. import cpus
 from ..config import Config
+from ..memory import Admission
 from ..problems import DEFAULT_ROOTS, discover, find_problem
 from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
 from .executor import DeviceSlot, LocalExecutor
@@ -226,7 +227,8 @@ def _make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wo
             lender = cpus.Lender.plan(timing_cpus, background)
     build_cpus = lender.mask() if lender else background
     workers, jobs = compile_plan(device, compile_workers, len(build_cpus) if build_cpus else None)
-    executor = LocalExecutor(slots, workers, size, dtype, lender=lender)
+    executor = LocalExecutor(slots, workers, size, dtype, lender=lender,
+                             admission=Admission(cfg.memory.host_gb, cfg.memory.gpu_gb))
     return executor, lender, {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
 
 

@@ -204,8 +204,8 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
                 reply = BuildReply(ok=True,
                                    param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes)
-                reply = TrialsReply(ok=True, blob_sizes=[sum(len(p) for p in b) for b in blobs], **seen)
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.inputs)
+                reply = TrialsReply(ok=True, blob_sizes=[b.size for b in blobs], **seen)
                 reply.blobs = blobs
             elif cmd.op == "lint" and runner.role == "reference":
                 reply = LintReply(ok=True, **runner.lint(cmd))
@@ -225,10 +225,17 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
             reply = failed(cmd.op, "runtime_error",
                            _short_exc(e) + _frames(e, setup.solution_path or "problem_module"))
         _send(rep_fd, reply)
-        for blob in reply.blobs:  # each a list of buffers (payload.encode)
-            for part in blob:
-                _write_all(rep_fd, part)
-        if not reply.ok:
+        reply_ok = reply.ok
+        try:
+            for blob in reply.blobs:  # each a payload.Encoded, produced as it is written
+                for part in blob:
+                    _write_all(rep_fd, part)
+        except BaseException:  # noqa: BLE001 - the reply line promised bytes that cannot come now
+            return
+        if cmd.op == "trials":
+            reply = None
+            runner.release_cache()
+        if not reply_ok:
             return  # a failed candidate may hold a poisoned CUDA context: never reuse it
 
 

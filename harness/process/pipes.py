@@ -10,7 +10,6 @@ import threading
 from collections import deque
 
 MAX_LINE_BYTES = 64 << 20
-MAX_BLOB_BYTES = 16 << 30
 LOG_TAIL_BYTES = 16 << 10
 
 

@@ -58,6 +58,7 @@ class Runner:
                               import_s=f"{time.perf_counter() - t2:.3f}")
         else:
             self.cls = getattr(self.problem, "Model", None)
+        self.base_rss = _rss()  # a trial's working memory is what the process grows beyond this
 
     def _poison(self) -> None:
         """Fill memory the candidate might inherit with NaN: a kernel that returns torch.empty()
@@ -133,20 +134,19 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict]) -> tuple[list[list], dict]:
-        """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload)
-        (outputs, inputs after the call, and for the reference the pristine inputs), and what ran
-        during the first trial (calls into the solution's extensions)."""
+    def trials(self, seeds: list[int], shapes: list[dict], with_inputs: bool = False) -> tuple[list, dict]:
+        """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload:
+        outputs, and the inputs after the call where the call changed them or `with_inputs` asks,
+        with a reference's pristine inputs beside them), and what ran during the first trial (calls
+        into the solution's extensions) and the process's peak memory."""
         from .. import payload
         torch = self.torch
         blobs = []
         seen: dict = {}
-        from ..timing.hold import pinned
-        clone = pinned("clone", torch.clone)  # taken before the solution's import (timing.hold.pin)
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
-            pristine = [clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+            before = input_digest(torch, inputs)
             calls_before = self.ext_calls[0]
             with torch.no_grad():
                 out = self.forward(inputs)
@@ -154,18 +154,31 @@ class Runner:
                 torch.cuda.synchronize()
             if i == 0 and self.role == "candidate":
                 seen["custom_calls"] = self.ext_calls[0] - calls_before
-            record = {"out": _to_cpu(torch, out), "out_meta": _out_meta(torch, out)}
-            changed = not _same_inputs(torch, pristine, inputs)
-            # The reference's inputs after the call are the yardstick for a candidate that changes
-            # its own (the pristine ones too when it changes them). A candidate's are shipped only
-            # when they changed: they are as big as its outputs, and most forwards never touch them.
-            if self.role == "reference" or changed:
-                record["inputs_after"] = _to_cpu(torch, inputs)
+            seen["inputs_bytes"] = max(seen.get("inputs_bytes", 0),
+                                       sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor)))
+            record = {"out": _plain(torch, out), "out_meta": _out_meta(torch, out)}
+            # Most forwards never touch their inputs, which are often as big as the outputs: they
+            # travel only when the call changed them (or the parent asks for the yardstick a
+            # candidate that changed its own is judged by), the reference's pristine ones with them,
+            # made again from the seed
+            changed = input_digest(torch, inputs) != before
+            if changed or with_inputs:
+                record["inputs_after"] = _plain(torch, inputs)
             if self.role == "reference" and changed:
-                record["inputs_before"] = _to_cpu(torch, pristine)
+                record["inputs_before"] = _plain(torch, self.make_inputs(seed, shape))
             blobs.append(payload.encode(torch, record))
-            del out, inputs, pristine
+            del out, inputs, record
+        peak = _rss("VmHWM")
+        seen.update(work_rss_bytes=max(0, peak - self.base_rss) if peak and self.base_rss else None,
+                    gpu_peak_bytes=int(torch.cuda.max_memory_reserved()) if self.device == "cuda" else None)
         return blobs, seen
+
+    def release_cache(self) -> None:
+        """A reference after its trials: its cached device blocks go back to the GPU, which the other
+        evaluations on it share (an idle reference kept up to tens of GB of a problem's working set).
+        Not after a timing command: the next round would pay cudaMalloc where the candidate does not."""
+        if self.device == "cuda" and self.role == "reference":
+            self.torch.cuda.empty_cache()
 
     def lint(self, cmd) -> dict:
         """The problem linter's runs, judged here on the device (the problem is trusted code)."""
@@ -291,25 +304,58 @@ def _shape_keys(meta: dict) -> set:
     return keys
 
 
-def _to_cpu(torch, obj):
+def _plain(torch, obj):
     if isinstance(obj, torch.Tensor):
-        # .as_subclass strips any subclass so the parent can load it with weights_only; the type
-        # itself is reported separately and judged by the parent.
-        return obj.detach().as_subclass(torch.Tensor).to("cpu", copy=True)
+        # .as_subclass strips any subclass, so the payload holds plain tensors only; the type itself
+        # is reported separately (_out_meta) and judged by the parent
+        return obj.detach().as_subclass(torch.Tensor)
     if isinstance(obj, (list, tuple)):
-        return [_to_cpu(torch, o) for o in obj]
+        return [_plain(torch, o) for o in obj]
     if isinstance(obj, (int, float, bool)) or obj is None:
         return obj
     return repr(type(obj))
 
 
-def _same_inputs(torch, a: list, b: list) -> bool:
+DIGEST_CHUNK = 1 << 22  # elements per step: bounds the digest's own working memory to 64 MB
+
+
+def input_digest(torch, inputs: list) -> list:
+    """Per top-level tensor, two wrapping integer sums of its bits (plain, and weighted by position)
+    on its own device: a change of any value, or of their order, changes them. It replaces a copy of
+    every input, which doubled a forward's device memory (KernelBench level-1 inputs reach 17 GB).
+    The candidate's own process computes its digest, as it computed the comparison before: a
+    candidate that hides a change from it only loses the check of its own outputs' inputs."""
     from ..timing.hold import pinned
-    equal = pinned("equal", torch.equal)
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and not equal(x, y):
-            return False
-    return True
+    total = pinned("sum", torch.sum)
+    arange = pinned("arange", torch.arange)
+    out = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(None)
+            continue
+        flat = x.detach().as_subclass(torch.Tensor).reshape(-1)
+        words = flat.view(torch.int32) if (flat.numel() * flat.element_size()) % 4 == 0 and flat.numel() \
+            else flat.view(torch.uint8)
+        s1 = s2 = 0
+        for off in range(0, words.numel(), DIGEST_CHUNK):
+            w = words[off:off + DIGEST_CHUNK].to(torch.int64)
+            pos = arange(off + 1, off + 1 + w.numel(), dtype=torch.int64, device=w.device)
+            s1 += int(total(w))
+            s2 += int(total(w.mul_(pos)))
+        out.append((str(x.dtype), tuple(x.shape), s1, s2))
+    return out
+
+
+def _rss(key: str = "VmRSS") -> Optional[int]:
+    """This process's resident memory now (VmRSS) or at its peak (VmHWM), from Linux's status file."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def _out_meta(torch, obj) -> list[dict]:

@@ -23,9 +23,10 @@ from typing import Optional, Union
 from pydantic import ValidationError
 
 from ..cpus import restrict
+from ..memory import frame_limit
 from ..records.messages import REPLY, Command, ExitCommand, Prime, Reply, Setup
 from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
-from .pipes import MAX_BLOB_BYTES, MAX_LINE_BYTES, Tail, make_pipes
+from .pipes import MAX_LINE_BYTES, Tail, make_pipes
 
 
 class WorkerDied(Exception):
@@ -42,6 +43,15 @@ class WorkerTimeout(Exception):
 
 class WorkerProtocolError(Exception):
     pass
+
+
+class FrameTooLarge(WorkerProtocolError):
+    """A reply announced more bytes of frames than the request allowed (`announced`, `limit`)."""
+
+    def __init__(self, announced: int, limit: int):
+        super().__init__(f"the reply announces {announced / 2**30:.2f} GB of outputs; at most "
+                         f"{limit / 2**30:.2f} GB could be taken")
+        self.announced, self.limit = announced, limit
 
 
 def describe_exit(code: Optional[int]) -> str:
@@ -163,15 +173,20 @@ class Worker:
         self._send_line(cmd.model_dump_json())
         return t0
 
-    def request(self, cmd: Command, timeout: float) -> tuple[Reply, float]:
+    def request(self, cmd: Command, timeout: float, max_bytes: Optional[int] = None) -> tuple[Reply, float]:
         """Send one command; wait for its reply. Returns the reply and the parent's own wall time for
         it, measured where the child cannot reach. Binary frames that follow the reply line are in
-        `reply.blobs`."""
+        `reply.blobs`: at most `max_bytes` of them (wait_reply)."""
         t0 = self.send(cmd)
-        reply = self.wait_reply(cmd.op, timeout, t0=t0)
+        reply = self.wait_reply(cmd.op, timeout, t0=t0, max_bytes=max_bytes)
         return reply, time.perf_counter() - t0
 
-    def wait_reply(self, op: str, timeout: float, t0: Optional[float] = None) -> Reply:
+    def wait_reply(self, op: str, timeout: float, t0: Optional[float] = None,
+                   max_bytes: Optional[int] = None) -> Reply:
+        """`max_bytes`: the most the reply's frames may announce (FrameTooLarge past it); None: a
+        trials reply may take what the host can hold now (memory.frame_limit), any other none."""
+        if max_bytes is None:
+            max_bytes = frame_limit() if op == "trials" else 0
         deadline = (t0 or time.perf_counter()) + timeout
         self._p0 = self.stopped_for()
         try:
@@ -182,8 +197,10 @@ class Worker:
                 raise WorkerProtocolError(f"malformed reply from worker: {str(e)[:300]}") from None
             if reply.op != op:
                 raise WorkerProtocolError(f"reply for {reply.op!r} received while waiting for {op!r}")
-            if sum(reply.blob_sizes) > MAX_BLOB_BYTES or any(n < 0 for n in reply.blob_sizes):
-                raise WorkerProtocolError("worker reply exceeds the size limit")
+            if any(n < 0 for n in reply.blob_sizes):
+                raise WorkerProtocolError("a reply announced a frame of negative size")
+            if sum(reply.blob_sizes) > max_bytes:
+                raise FrameTooLarge(sum(reply.blob_sizes), max_bytes)
             reply.blobs = [self._read_exact(deadline, n) for n in reply.blob_sizes]
         except (WorkerTimeout, WorkerDied, WorkerProtocolError):
             self.out_of_step = True

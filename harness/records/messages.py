@@ -66,6 +66,7 @@ class TrialsCommand(_Strict):
     op: Literal["trials"] = "trials"
     seeds: list[int]
     shapes: list[dict[str, Any]] = Field(default_factory=list)
+    inputs: bool = False  # send the inputs after the call even where it left them unchanged
 
 
 class TimeCommand(_Strict):
@@ -163,6 +164,11 @@ class BuildReply(Reply):
 class TrialsReply(Reply):
     op: Literal["trials"] = "trials"
     custom_calls: Optional[int] = None  # calls into the solution's extensions in the first trial
+    # what the trials took (the resident peak above the process's start; the GPU caching allocator's
+    # peak): harness.memory's measured need
+    work_rss_bytes: Optional[int] = None
+    gpu_peak_bytes: Optional[int] = None
+    inputs_bytes: Optional[int] = None  # the largest trial's inputs
 
 
 class TimeReply(Reply):

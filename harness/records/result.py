@@ -19,6 +19,7 @@ class Status(str, Enum):
     no_code = "no_code"
     interface_error = "interface_error"
     rejected = "rejected"
+    too_big = "too_big"  # the problem needs more memory than this machine has: no verdict on the solution
 
 
 class Stats(BaseModel):
@@ -96,6 +97,9 @@ class PhaseTimes(BaseModel):
     # (timing.measure.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
     # a side is timed in several (timing.stats.processes_for); in total_s, not in timing_s
     processes_s: float = 0.0
+    # time waiting for memory (memory.Admission): before its start, and where its measured need, known
+    # after the reference's first trial, was more than it held; in total_s, in none of the phases
+    memory_wait_s: float = 0.0
 
 
 class EvalResult(BaseModel):

@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..version import __version__
 from ..config import Config, Tolerance
+from ..memory import Hold
 from ..process.standby import Standby
 from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..problems import Problem
@@ -42,6 +43,7 @@ class Context:
     size: str = "small"
     dtype: Optional[str] = None
     tol: Optional[Tolerance] = None
+    hold: Optional[Hold] = None  # its share of the machine's memory (memory.Admission)
 
     @classmethod
     def open(cls, cfg: Config, gate: DeviceGate, problem: Problem, solution: str, label: Optional[str],
@@ -67,9 +69,10 @@ class Context:
                 self.res.flags.append(f)
 
 
-def ask(worker: Worker, cmd: Command, timeout: float, what: str):
+def ask(worker: Worker, cmd: Command, timeout: float, what: str, max_bytes: Optional[int] = None):
     """One command to the candidate; every way it can go wrong becomes a verdict."""
-    return _verdict_of(worker, timeout, what, lambda: worker.request(cmd, timeout))
+    return _verdict_of(worker, timeout, what,
+                       lambda: worker.request(cmd, timeout, **({} if max_bytes is None else {"max_bytes": max_bytes})))
 
 
 def answer(worker: Worker, op: str, t0: float, timeout: float, what: str):
