@@ -218,6 +218,14 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
             "passed": len(sp), "median": _round(_quantile(sp, 0.5)), "p5": _round(_quantile(sp, 0.05)),
             "p95": _round(_quantile(sp, 0.95)), "outside_0.97_1.03": sum(not 0.97 <= s <= 1.03 for s in sp),
             "interval_excludes_1": len(excl)}
+    # where an evaluation's time went: per phase, the sum over records and the median record's
+    phases: dict[str, list[float]] = {}
+    for r in recs:
+        for k, v in (r.get("phases") or {}).items():
+            if isinstance(v, (int, float)):
+                phases.setdefault(k, []).append(float(v))
+    out["phases"] = {k: {"sum_s": round(sum(v), 1), "median_s": _round(_quantile(v, 0.5), 3)}
+                     for k, v in phases.items() if sum(v) > 0}
     rows = []
     for r in sorted(recs, key=lambda r: r["problem"]):
         key = kb_key(r["problem"])
@@ -241,6 +249,9 @@ def markdown(s: dict) -> str:
              ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
+    if s.get("phases"):
+        lines += ["phases (sum over records / median record, s): " + ", ".join(
+            f"{k} {v['sum_s']}/{v['median_s']}" for k, v in s["phases"].items()), ""]
     lines += ["| problem | status | ref ms | KernelBench eager ms | ratio | speedup | error |",
               "|---|---|---:|---:|---:|---:|---|"]
     for r in s["problems"]:
