@@ -29,6 +29,13 @@ from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
 from .pipes import MAX_LINE_BYTES, Tail, make_pipes
 
 
+# A request's timeout leaves out the time its process was stopped (a neighbour's timing), up to this:
+# a stopped process's GPU kernels go on running, so a kernel that never ends, stopped again and
+# again by the others' timing, would otherwise hold the device past any timeout (150 s and counting,
+# with timeouts.run_s = 120, in a batch on an H100)
+STOP_CREDIT_S = 10.0
+
+
 class WorkerDied(Exception):
     """The worker exited, or its reply channel closed, before it answered."""
 
@@ -245,9 +252,9 @@ class Worker:
 
     def _readable(self, deadline: float) -> None:
         """Until the reply pipe has data (or its end), or WorkerTimeout at the deadline, which moves
-        on by the time the worker has been stopped since the request."""
+        on by the time the worker has been stopped since the request, up to STOP_CREDIT_S."""
         while True:
-            left = deadline + (self.stopped_for() - self._p0) - time.perf_counter()
+            left = deadline + min(self.stopped_for() - self._p0, STOP_CREDIT_S) - time.perf_counter()
             if left <= 0:
                 raise WorkerTimeout()
             if select.select([self._rep_r], [], [], min(left, 1.0))[0]:

@@ -39,14 +39,17 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
         ref.start(on_worker=phase.add)
     res.env = ref.env
     phases.reference_s += ctx.clock() - t1
-    custom_calls = 0
+    custom_calls, grow_wait = 0, 0.0
     for i, (seed, shape_name) in enumerate(zip(ref.plan.seeds, ref.plan.shape_names)):
         r, allowed = reference_trial(ctx, ref, i)
         if i == 0 and ctx.hold is not None and ref.need is not None:
+            w0 = ctx.hold.waited_s
             try:
                 ctx.hold.grow(ref.need)
             except TooBig as e:
                 raise Failure(Status.too_big, f"problem {ctx.problem.name} {e}") from None
+            finally:
+                grow_wait = ctx.hold.waited_s - w0  # memory_wait_s (batch/executor.py), in no phase
         t1 = ctx.clock()
         shape = ref.plan.shapes[i] if i < len(ref.plan.shapes) else {}
         with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
@@ -74,7 +77,7 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     for key in ("max_abs_diff", "max_rel_diff", "rel_l2_diff"):  # the worst trial's
         vals = [getattr(t, key) for t in res.trials if getattr(t, key) is not None]
         setattr(res, key, max(vals) if vals else None)
-    phases.correctness_s = ctx.clock() - t0
+    phases.correctness_s = ctx.clock() - t0 - grow_wait
     phases.judge_s = phases.correctness_s - phases.trials_s - phases.reference_s
     failed = next((t for t in res.trials if not t.ok), None)
     if failed is not None:
