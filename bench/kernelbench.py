@@ -70,6 +70,15 @@ def write_identities(problems: list[tuple[int, int, Path]], subs: Path) -> int:
     return len(problems)
 
 
+def spinner_source(identity: str) -> str:
+    """An identity whose forward first queues a one-thread GPU sleep of about 2^40 cycles (minutes):
+    its process waits on it, and while a neighbour's timing stops that process the kernel runs on."""
+    spin = identity.replace("super(ModelNew,", "super(_Spin,")
+    return spin.replace("class ModelNew(", "_SPIN = __import__('torch').cuda._sleep\n\n\nclass _Spin(", 1) + (
+        "\n\nclass ModelNew(_Spin):\n    def forward(self, *args):\n        _SPIN(1 << 40)\n"
+        "        return super().forward(*args)\n")
+
+
 def link_generations(src: Path, problems: list[tuple[int, int, Path]], subs: Path) -> int:
     """The generations of the chosen problems, linked under subs/ (their label folders kept)."""
     wanted = {(level, pid) for level, pid, _ in problems}
@@ -275,6 +284,9 @@ def main() -> int:
     ap.add_argument("--config", type=Path, default=None, help="a harness config file for the batch")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--timeout", type=float, default=None, help="stop the batch after this many seconds")
+    ap.add_argument("--spinner", type=int, default=None, metavar="ID",
+                    help="problem ID's identity also launches a GPU kernel that never ends (a runaway beside "
+                         "honest solutions: it should get timeout within timeouts.run_s + 10 s)")
     ap.add_argument("batch_args", nargs="*", help="after --: more options for `harness batch`")
     args = ap.parse_args()
 
@@ -286,6 +298,9 @@ def main() -> int:
         return 2
     n = (link_generations(args.generations, problems, subs) if args.generations
          else write_identities(problems, subs))
+    if args.spinner is not None and not args.generations:
+        spin = next(subs.glob(f"identity/level_*_problem_{args.spinner}_sample_0_kernel.py"))
+        spin.write_text(spinner_source(spin.read_text()))
     print(f"{n} solutions for {len(problems)} problems in {subs}", file=sys.stderr)
     cmd = [sys.executable, "-m", "harness.cli", "batch", str(subs), "--problems", str(args.corpus),
            "--out", str(run), "--device", args.device, *(["--config", str(args.config)] if args.config else []),

@@ -263,6 +263,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
     ("correctness trials: RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate", True),
     ("building ModelNew: RuntimeError: cudaMalloc failed: out of memory", True),
     ("correctness trials: RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB", True),
+    ("problem p: the reference's outputs of one trial take 9.00 GB; the host can take 3.00 GB now", True),
     ("the solution's process died: segmentation fault (SIGSEGV)", False),
     ("correctness trials: RuntimeError: CUDA error: an illegal memory access was encountered", False),
     ("building ModelNew: TypeError: __init__() takes 1 positional argument but 3 were given", False),
@@ -270,7 +271,7 @@ def test_a_failure_while_sharing_is_rerun_alone(monkeypatch):
 def test_only_failures_a_neighbour_could_cause_are_rerun_alone(text, rerun):
     from harness.batch.executor import neighbour_may_have_caused
     from harness.records.result import EvalResult, Status
-    for status in (Status.runtime_error, Status.interface_error):
+    for status in (Status.runtime_error, Status.interface_error, Status.too_big):
         assert neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text)) is rerun
     for status in (Status.incorrect, Status.timeout, Status.passed):
         assert not neighbour_may_have_caused(EvalResult(problem="p", solution="s", status=status, error=text))
@@ -348,3 +349,70 @@ def test_a_gpu_slot_of_one_evaluation_still_has_a_gate_for_its_standbys_priming(
     gpu = SlotRuntime(DeviceSlot("cuda:0", "cuda", concurrency=1), "small", None)
     cpu = SlotRuntime(DeviceSlot("cpu", "cpu", concurrency=1), "small", None)
     assert type(gpu.gate) is DeviceGate and type(cpu.gate) is SoloGate
+
+
+def test_a_busy_looping_forward_is_timed_out_without_holding_up_the_others():
+    """Real processes, two lanes of a CPU slot: a forward that never returns (hang_forward, run_s 4)
+    beside three honest solutions. The honest ones pass, all of them before the hang's verdict (its
+    lane is the only one it holds), and the hang gets `timeout` within run_s and the stops the
+    others' timing caused it (at most STOP_CREDIT_S), not after as many stops as they make."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.problems import find_problem
+    from harness.process.worker import STOP_CREDIT_S
+    from harness.records.result import Status
+    hang = read_expectation(TESTS / "fixtures" / "cpu" / "hang_forward.py")
+    honest = read_expectation(TESTS / "fixtures" / "cpu" / "honest_linear_torch.py")
+    cfg = make_config(device="cpu", **{"timeouts.run_s": 4, "batch.standby_workers": 0})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=2), "small", None, None, 2)
+    done: dict[int, float] = {}
+
+    def run(task):
+        out = rt.evaluate(task)
+        done[task.index] = time.perf_counter()
+        return out
+
+    tasks = [EvalTask(0, str(hang.path), find_problem(hang.problem), None, cfg, None)]
+    tasks += [EvalTask(i, str(honest.path), find_problem(honest.problem), None, cfg, None) for i in (1, 2, 3)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(run, tasks))
+    finally:
+        rt.close()
+    assert outs[0].record.status == Status.timeout, outs[0].record.error
+    assert [o.record.status for o in outs[1:]] == [Status.passed] * 3, [o.record.error for o in outs[1:]]
+    assert outs[0].record.phases.correctness_s < 4 + STOP_CREDIT_S + 5
+    assert sum(done[i] < done[0] for i in (1, 2, 3)) >= 2  # the other lane kept going meanwhile
+
+
+def test_a_gpu_left_busy_by_a_stopped_neighbour_is_given_back_not_timed_beside(monkeypatch):
+    """The quiet probe finds the device busy after the gate stopped a neighbour mid-phase (its kernel
+    runs on, perhaps for ever): the timing gives the gate back and asks again, probing every time,
+    until the device is quiet; only past run_s + STOP_CREDIT_S + quiet_max_s (the neighbour's own
+    timeout has fired by then) is it timed beside the busy device, flagged device_not_quiet."""
+    from types import SimpleNamespace
+
+    from harness.config import load_config
+    from harness.records.result import EvalResult, PhaseTimes, Status
+    from harness.stages import timed
+    from harness.stages.context import Context
+    gate = DeviceGate()
+    monkeypatch.setattr(timed.time, "sleep", lambda s: None)
+    answers = iter([False, False, True])
+    probes = []
+
+    def quiet(ref, ctx, flags, final):
+        probes.append(final)
+        return next(answers)
+    monkeypatch.setattr(timed, "_quiet", quiet)
+    monkeypatch.setattr(timed, "measure", lambda *a, **k: "measured")
+    ctx = Context(cfg=load_config(), gate=gate, problem=None, device="cuda", phases=PhaseTimes(),
+                  res=EvalResult(problem="p", solution="s", status=Status.passed))
+    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None))
+    with gate.stoppable() as phase:  # a neighbour mid-phase: the first hold preempts it
+        phase.add(SimpleNamespace(pause=lambda: None, resume=lambda: None))
+        worker = SimpleNamespace(pid=None)
+        assert timer._once(worker, worker, 0) == "measured"
+    assert probes == [False, False, False] and timer.quiet_retries == 2
+    timer.not_quiet_since = timed.time.perf_counter() - timer.not_quiet_for - 1  # waited long enough
+    monkeypatch.setattr(timed, "_quiet", lambda ref, ctx, flags, final: final)
+    assert timer._once(worker, worker, 0) == "measured" and timer.quiet_retries == 2

@@ -13,7 +13,7 @@ from typing import Optional
 
 from .. import baselines, cpus
 from ..baselines import CompiledBaseline
-from ..process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
+from ..process.worker import STOP_CREDIT_S, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records.messages import QuietCommand
 from ..records.result import Status
 from ..reference import ReferenceSession
@@ -47,6 +47,11 @@ class PairTimer:
         self.first_hold: Optional[float] = None   # the first pair's launch hold, for further pairs
         self.gpu = (ctx.env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else ours
         self.compiled = True  # the first pair times torch.compile(Model) too (unless its time is cached)
+        # a GPU left busy by a stopped neighbour: when first seen, how long to wait for its own
+        # timeout before timing beside it anyway (flagged device_not_quiet), and how often it was seen
+        self.not_quiet_since: Optional[float] = None
+        self.not_quiet_for = ctx.cfg.timeouts.run_s + STOP_CREDIT_S + ctx.cfg.batch.quiet_max_s
+        self.quiet_retries = 0
 
     def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
         ctx, cfg = self.ctx, self.ctx.cfg
@@ -55,8 +60,9 @@ class PairTimer:
         # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
         with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
                 [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender):
-            if held.preempted and ctx.cuda:
-                _quiet(r, ctx, self.quiet_flags)
+            busy = held.preempted or self.not_quiet_since is not None
+            if busy and ctx.cuda and not _quiet(r, ctx, self.quiet_flags, final=self._late()):
+                raise _NotQuiet()
             if standby is not None and not ctx.cuda:
                 # timed CPU rounds would share cores and memory bandwidth with the next candidate's
                 # start-up; on a GPU it goes on, off the device's critical path
@@ -72,10 +78,25 @@ class PairTimer:
             return measure(c, r, self.cfg, self.ref.rng, cuda=ctx.cuda, tol=ctx.tol, timeout=cfg.timeouts.run_s,
                            ref_timeout=cfg.timeouts.problem_s, gpu=self.gpu, **further)
 
+    def _late(self) -> bool:
+        """Past waiting for a busy GPU: a runaway neighbour's own timeout has fired by now."""
+        return self.not_quiet_since is not None and time.perf_counter() - self.not_quiet_since > self.not_quiet_for
+
     def _once(self, c: Worker, r: Worker, pair: int) -> Measurement:
         run_s = self.ctx.cfg.timeouts.run_s
         try:
-            return self._measure(c, r, pair)
+            while True:
+                try:
+                    return self._measure(c, r, pair)
+                except _NotQuiet:
+                    # the device stays busy with work of a process it stopped: a kernel that may never
+                    # end. Nothing is timed beside it: the gate goes back to the others (whose
+                    # requests time out in wall time, process.worker.STOP_CREDIT_S), and it is
+                    # asked for again
+                    if self.not_quiet_since is None:
+                        self.not_quiet_since = time.perf_counter()
+                    self.quiet_retries += 1
+                    time.sleep(1.0)
         except WorkerTimeout:
             c.kill()
             raise Failure(Status.timeout, f"a timing round did not finish within {run_s:g} s") from None
@@ -185,6 +206,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     have, wanted, procs_error = _more_pairs(ctx, timer, measured, n_proc, offset_rel, spans1, pair_notes)
     m = pooled(measured)
     ctx.res.timing_method = method_record(ctx, m)
+    if timer.quiet_retries:  # times it gave the device back to a neighbour's unfinished GPU work
+        ctx.res.timing_method["quiet_retries"] = timer.quiet_retries
     if ahead_error:
         ctx.res.timing_method["compile_baseline_error"] = ahead_error[:500]
     for f in m.flags + timer.quiet_flags:
@@ -372,15 +395,20 @@ def stale_outputs(calls: int) -> Failure:
                    "for their inputs (cached or stale results?)", ["timed_output_mismatch"])
 
 
-def _quiet(ref: Worker, ctx: Context, flags: list[str]) -> None:
+class _NotQuiet(Exception):
+    pass
+
+
+def _quiet(ref: Worker, ctx: Context, flags: list[str], final: bool) -> bool:
     """Before timing, when the gate stopped neighbours mid-phase: wait until the GPU has run the
-    work they had queued (the reference's process probes it). Not quiet within `quiet_max_s` (a
-    neighbour's background thread keeps launching, say): timed anyway, flagged."""
+    work they had queued (the reference's process probes it). Whether it is quiet within
+    `quiet_max_s`; `final`: it is timed anyway if not (flagged device_not_quiet)."""
     b = ctx.cfg.batch
     reply, _ = ref.request(QuietCommand(probe_us=b.quiet_probe_us, probes=b.quiet_probes,
                                 max_s=b.quiet_max_s), ctx.cfg.timeouts.problem_s)
     if not reply.ok:
         raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
     ctx.phases.quiet_s += reply.quiet_s or 0.0
-    if not reply.quiet and "device_not_quiet" not in flags:
+    if not reply.quiet and final and "device_not_quiet" not in flags:
         flags.append("device_not_quiet")
+    return bool(reply.quiet) or final
