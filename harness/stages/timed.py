@@ -337,7 +337,9 @@ def _compile_ahead(ctx: Context, ref: ReferenceSession) -> Optional[str]:
     to = ctx.cfg.timeouts.problem_s + 600  # as the first compiled round allowed
     cmd = warm_up(ctx.cfg.timing, ref.rng).model_copy(update={"variant": "compiled", "spans": False})
     try:
-        with ctx.gate.stoppable() as phase, ref.lock:
+        # host work in the reference's process (Inductor), minutes of it on a cold cache for a large
+        # model: the lane goes to another evaluation meanwhile, as for the profiler's start-up
+        with ctx.gate.background(), ctx.gate.stoppable() as phase, ref.lock:
             phase.add(ref.worker)
             try:
                 reply, _ = ref.worker.request(cmd, to)
