@@ -416,3 +416,34 @@ def test_a_gpu_left_busy_by_a_stopped_neighbour_is_given_back_not_timed_beside(m
     timer.not_quiet_since = timed.time.perf_counter() - timer.not_quiet_for - 1  # waited long enough
     monkeypatch.setattr(timed, "_quiet", lambda ref, ctx, flags, final: final)
     assert timer._once(worker, worker, 0) == "measured" and timer.quiet_retries == 2
+
+
+def test_a_remeasurement_after_a_clock_flag_is_adopted_only_if_it_could_be_reported(monkeypatch):
+    """The first measurement flagged by the host-clock checks is measured again, and one no check
+    flags is adopted. A forged report the second time (fewer times than calls: malformed_report)
+    passed no clock check as a flag, and was adopted: now it ends the evaluation as it would have
+    as the first measurement."""
+    from types import SimpleNamespace
+
+    from harness.config import load_config
+    from harness.records.result import EvalResult, PhaseTimes, Status
+    from harness.stages import timed
+    from harness.stages.context import Context, Failure
+    from harness.timing.measure import Measurement, Side
+
+    def measurement(malformed: bool) -> Measurement:
+        m = Measurement(cand=Side(times=[1.0] * 5), ref=Side(times=[1.0] * 5))
+        if malformed:
+            m.flags.append("malformed_report")
+        return m
+    made = iter([measurement(False), measurement(True)])
+    flags = iter([["timer_mismatch"], []])
+    monkeypatch.setattr(timed.PairTimer, "_once", lambda self, c, r, pair: next(made))
+    monkeypatch.setattr(timed, "clock_checks", lambda m, cfg, cuda, note: next(flags))
+    ctx = Context(cfg=load_config(), gate=DeviceGate(), problem=None, device="cuda", phases=PhaseTimes(),
+                  res=EvalResult(problem="p", solution="s", status=Status.passed))
+    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None))
+    worker = SimpleNamespace(log_tail=lambda: "")
+    with pytest.raises(Failure) as e:
+        timer.checked(worker, worker, 0)
+    assert e.value.status == Status.runtime_error and "malformed_report" in e.value.flags
