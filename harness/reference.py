@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from .build import child_env
 from .config import Config, Tolerance
 from .process.standby import Standby
-from .process.worker import Worker
+from .process.worker import Worker, WorkerDied
 from .problems import Problem
 from .records.messages import BuildCommand, Setup, TrialsCommand
 from .records.result import EnvInfo
@@ -238,7 +238,10 @@ class ReferenceSession:
             except Exception as e:
                 tail = self.worker.log_tail()[-2000:] if self.worker else ""
                 self.close()
-                raise ReferenceError(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
+                # killed outright mid-trial: the kernel's OOM killer, most likely (the machine's memory,
+                # which neighbours share: its solutions are re-run alone before `too_big` stands)
+                kind = ReferenceTooBig if isinstance(e, WorkerDied) and e.returncode == -9 else ReferenceError
+                raise kind(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
             if not reply.ok:
                 self.close()
                 kind = ReferenceTooBig if any(m in (reply.error or "") for m in OOM) else ReferenceError

@@ -226,3 +226,24 @@ def test_a_reply_may_announce_only_what_its_request_allows():
     assert frame_allowance(100 << 20, 10 << 20) == (274 << 20)
     os.close(r)
     os.close(wfd)
+
+
+@pytest.mark.parametrize("code,too_big", [(-9, True), (-11, False)])
+def test_a_reference_killed_outright_mid_trial_is_too_big_not_a_failed_problem(code, too_big):
+    """SIGKILL mid-trial is the OOM killer's mark: its solutions get `too_big` (re-run alone first in
+    a batch), where a failed problem would have skipped every solution of it without a record. A
+    crash of any other kind is still the problem's failure."""
+    from types import SimpleNamespace
+
+    from harness.problems import find_problem
+    from harness.process.worker import WorkerDied
+    from harness.reference import ReferenceError, ReferenceSession, ReferenceTooBig
+
+    def died(*a, **k):
+        raise WorkerDied("worker died", code)
+    s = ReferenceSession(find_problem(TESTS / "problems" / "relu_add.py"), make_config(device="cpu"), "cpu", "small", None)
+    s.worker = SimpleNamespace(request=died, log_tail=lambda: "", close=lambda: None)
+    with pytest.raises(ReferenceError) as e:
+        s.trial(0)
+    assert isinstance(e.value, ReferenceTooBig) is too_big
+    assert s.worker is None  # closed: the next solution starts a fresh one
