@@ -214,7 +214,7 @@ class ReferenceSession:
         inputs after the call, even where it left them unchanged (the yardstick for a candidate that
         changed its own). `on_worker`: told of the process (a stoppable phase)."""
         from .correctness import load_trial
-        from .memory import measured
+        from .memory import frame_limit, measured
         from .process.worker import FrameTooLarge
         seed = (seeds or self.plan.seeds)[i]
         shape = self.plan.shapes[i] if i < len(self.plan.shapes) else {}
@@ -229,7 +229,7 @@ class ReferenceSession:
             try:
                 reply, _ = self.worker.request(
                     TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], inputs=with_inputs),
-                    self.cfg.timeouts.problem_s)
+                    self.cfg.timeouts.problem_s, max_bytes=frame_limit(self.cfg.memory.host_gb))
             except FrameTooLarge as e:
                 self.close()
                 raise ReferenceTooBig(f"problem {self.problem.name}: the reference's outputs of one trial "
