@@ -79,6 +79,7 @@ def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance) -> tuple[b
 
 
 JUDGE_CHUNK = 1 << 22  # values per step of compare_tensors
+SQUARE_SAFE = 1e15  # a chunk's largest |value| within [1/this, this]: its squares sum in fp32 safely
 
 
 class _Sums:
@@ -94,11 +95,17 @@ class _Sums:
         ref_abs = ref.abs()
         self.bad += int(torch.count_nonzero(diff > ref_abs * tol.rtol + tol.atol))
         # per chunk in the chunk's precision (a BLAS dot: a conversion to fp64 took a third of the
-        # time), summed over chunks in fp64; |ref| also serves complex outputs
+        # time), summed over chunks in fp64; |ref| also serves complex outputs. Where a square could
+        # leave fp32's range (values past 1e15, or all below 1e-15: an overflow to inf made a
+        # correct output's error NaN, an underflow to 0 let zeros pass against tiny outputs), fp64
         d, ra = diff.reshape(-1), ref_abs.reshape(-1)
+        d_max, r_max = float(diff.max()), float(ref_abs.max())
+        top = max(d_max, r_max)
+        if top > SQUARE_SAFE or 0 < top < 1 / SQUARE_SAFE:
+            d, ra = d.double(), ra.double()
         self.err_sq += float(torch.dot(d, d))
         self.ref_sq += float(torch.dot(ra, ra))
-        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_abs = max(self.max_abs, d_max)
         self.max_rel = max(self.max_rel, float(diff.div_(ref_abs.add_(tol.atol)).max()))
 
 
@@ -152,9 +159,16 @@ def _inputs_equal(a: list, b: list, tol: Optional[Tolerance] = None) -> bool:
                     return False
             elif not compare_tensors(x, y, tol)[0]:
                 return False
-        elif x != y:
+        elif isinstance(x, torch.Tensor) or x != y:
             return False
     return True
+
+
+def _described(leaves: list, meta: list[dict]) -> bool:
+    """Each output value is what its description says: a tensor where a tensor is described (with
+    its device), nothing else where none is."""
+    return len(leaves) == len(meta) and all(
+        isinstance(x, torch.Tensor) == (m.get("device") is not None) for x, m in zip(leaves, meta))
 
 
 def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, tol: Tolerance) -> Verdict:
@@ -176,15 +190,26 @@ def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, to
         if cm.get("device") != rm.get("device"):
             return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
                                       reason=f"output on {cm.get('device')}, expected {rm.get('device')}"))
+    # the description is the child's to write, and so are the outputs: they must agree, leaf for leaf,
+    # or a tree with fewer leaves (none) judged nothing, and a string where a tensor was described
+    # reached compare_tensors and took the parent down
+    c_leaves, r_leaves = _flatten(cand.out), _flatten(ref.out)
+    if not _described(c_leaves, c_meta):
+        return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                  reason="the outputs sent do not match their own description"),
+                       ["malformed_report"], rejected=True)
+    if len(c_leaves) != len(r_leaves):
+        return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
+                                  reason=f"{len(c_leaves)} output values, expected {len(r_leaves)}"))
     worst: dict[str, float] = {}
-    for c, r in zip(_flatten(cand.out), _flatten(ref.out)):
+    for c, r in zip(c_leaves, r_leaves):
         if isinstance(r, torch.Tensor):
             ok, stats, reason = compare_tensors(c, r, tol)
             for k, v in stats.items():
                 worst[k] = max(worst.get(k, 0.0), v)
             if not ok:
                 return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False, reason=reason, **worst))
-        elif c != r:
+        elif isinstance(c, torch.Tensor) or c != r:
             return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
                                       reason=f"non-tensor output {c!r} != expected {r!r}"))
     # inputs: a candidate may change them only the way the reference does

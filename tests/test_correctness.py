@@ -81,3 +81,21 @@ def test_trial_payload_round_trips_and_refuses_forgeries():
                 blob[:5]):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_the_chunked_sums_keep_huge_and_tiny_outputs_in_range():
+    """Squares summed in fp32 overflowed past |x| ~ 1e19 (a correct output judged 'relative L2 error
+    nan') and underflowed below ~1e-19 (zeros passed against outputs that are all tiny, the case the
+    relative L2 test exists for): such chunks are summed in fp64."""
+    import torch
+
+    from harness.config import Tolerance
+    from harness.correctness import compare_tensors
+    tol = Tolerance(atol=1e-4, rtol=1e-4, rel_l2=1e-4)
+    huge = torch.full((1000,), 1e30)
+    close = huge.clone()
+    close[0] *= 1 + 9e-5
+    ok, stats, reason = compare_tensors(close, huge, tol)
+    assert ok and stats["rel_l2_diff"] < 1e-5, reason
+    ok, stats, reason = compare_tensors(torch.zeros(1000), torch.full((1000,), 1e-25), tol)
+    assert not ok and stats["rel_l2_diff"] == 1.0 and "relative L2" in reason
