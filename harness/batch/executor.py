@@ -366,11 +366,9 @@ class SlotRuntime:
         drop = False
 
         def run(hold: Hold):
-            w0 = hold.waited_s
             rec = evaluate(task.solution, task.problem, task.cfg, label=task.label, reference=session,
                            compiled=task.compiled, env_extra=dict(self.slot.env), standby=standby, gate=self.gate,
                            hold=hold)
-            rec.phases.memory_wait_s += hold.waited_s - w0
             if task.compiled is not None:
                 _charge_compile(rec, task.compile_s)
             else:  # built here, after a first try without the GPU
@@ -385,6 +383,7 @@ class SlotRuntime:
         except BaseException:
             self._release(key, session, False)
             raise
+        before_start = hold.waited_s  # in no phase of evaluate(), so not in its total either
         try:
             self.gate.reset_seen()
             rec = run(hold)
@@ -418,10 +417,9 @@ class SlotRuntime:
         finally:
             hold.release()
             self._release(key, session, drop)
-        rec = out.record
-        if rec is not None and (w := hold.waited_s - rec.phases.memory_wait_s) > 0:  # waited before its start
-            rec.phases.memory_wait_s += w
-            rec.phases.total_s += w
+        if out.record is not None:
+            out.record.phases.memory_wait_s = hold.waited_s
+            out.record.phases.total_s += before_start
         out.busy_s = time.perf_counter() - t0
         return out
 
