@@ -235,6 +235,12 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
                 phases.setdefault(k, []).append(float(v))
     out["phases"] = {k: {"sum_s": round(sum(v), 1), "median_s": _round(_quantile(v, 0.5), 3)}
                      for k, v in phases.items() if sum(v) > 0}
+    judged: dict[str, int] = {}  # where trials were judged ("parent (why)": a GPU trial that fell back)
+    for r in recs:
+        for t in r.get("trials") or []:
+            where = t.get("judged_on") or "unrecorded"
+            judged[where] = judged.get(where, 0) + 1
+    out["trials_judged_on"] = judged
     rows = []
     for r in sorted(recs, key=lambda r: r["problem"]):
         key = kb_key(r["problem"])
@@ -261,6 +267,8 @@ def markdown(s: dict) -> str:
     if s.get("phases"):
         lines += ["phases (sum over records / median record, s): " + ", ".join(
             f"{k} {v['sum_s']}/{v['median_s']}" for k, v in s["phases"].items()), ""]
+    if s.get("trials_judged_on"):
+        lines += ["trials judged on: " + ", ".join(f"{k} {v}" for k, v in s["trials_judged_on"].items()), ""]
     lines += ["| problem | status | ref ms | KernelBench eager ms | ratio | speedup | error |",
               "|---|---|---:|---:|---:|---:|---|"]
     for r in s["problems"]:

@@ -65,6 +65,7 @@ class Correctness(_Section):
     extra_shapes: bool = True
     list_kernels: bool = True
     kernel_list: Literal["cupti", "profiler"] = "cupti"
+    judge: Literal["device", "parent"] = "device"
     tol: dict[str, Tolerance] = Field(default_factory=_default_tols)
 
 
@@ -150,8 +151,10 @@ class Config(_Section):
     memory: Memory = Field(default_factory=Memory)
 
     def digest(self) -> str:
-        """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run)."""
-        d = self.model_dump(exclude={"cache_dir", "timeouts", "batch", "memory"})
+        """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run,
+        nor where outputs are judged: the same code judges them wherever they are)."""
+        d = self.model_dump(exclude={"cache_dir": True, "timeouts": True, "batch": True, "memory": True,
+                                     "correctness": {"judge"}})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

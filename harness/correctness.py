@@ -1,4 +1,7 @@
-"""Judging one correctness trial, in the parent: never in a process that ran candidate code.
+"""Judging one correctness trial: never in a process that ran candidate code. Where the outputs are:
+a CPU problem's, or a GPU problem's sent as bytes, in the parent; a GPU problem's that stayed on the
+device (`Remote`, stages/check.py) in the reference's process, by this module's compare_tensors, on
+the device, the parent judging the rest (form, structure, inputs) and calling `remote` for them.
 
 A trial passes when the outputs have the reference's structure, exact type (`torch.Tensor`), device,
 dtype and shape, NaN/inf in the same places, and values within tolerance by two tests:
@@ -9,12 +12,12 @@ is far below atol, and fp16 arithmetic fails an fp32 problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from .config import Tolerance
-from .payload import decode
+from .payload import Remote, decode
 from .records.result import TrialCheck
 
 PLAIN_TENSOR = "torch.Tensor"
@@ -26,6 +29,18 @@ class TrialData:
     inputs_after: Optional[list]  # a candidate's: None when the call left them as they were
     out_meta: list[dict]
     inputs_before: Optional[list] = None
+    token: Optional[int] = None  # a reference's outputs kept on the device: the trial's (TrialsReply.kept)
+    custom_calls: Optional[int] = None  # a candidate's: calls into its extensions during the trial
+
+    @property
+    def remote(self) -> bool:
+        """Outputs judged on the device: some of them stayed there."""
+        return self.token is not None or any(isinstance(x, Remote) for x in _flatten(self.out))
+
+
+class NeedBytes(Exception):
+    """The reference kept an output on the device and the candidate sent that output's bytes (it could
+    not export it): this trial is judged in the parent, from the reference's bytes too."""
 
 
 @dataclass
@@ -35,11 +50,11 @@ class Verdict:
     rejected: bool = False
 
 
-def load_trial(blob) -> TrialData:
+def load_trial(blob, token: Optional[int] = None) -> TrialData:
     """A payload holds plain tensors, containers and scalars, nothing that runs code (harness.payload)."""
     rec = decode(blob)
     return TrialData(out=rec["out"], inputs_after=rec.get("inputs_after"), out_meta=rec["out_meta"],
-                     inputs_before=rec.get("inputs_before"))
+                     inputs_before=rec.get("inputs_before"), token=token)
 
 
 def _flatten(x) -> list:
@@ -48,7 +63,8 @@ def _flatten(x) -> list:
     return [x]
 
 
-def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance) -> tuple[bool, dict[str, float], Optional[str]]:
+def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance,
+                    chunk: Optional[int] = None) -> tuple[bool, dict[str, float], Optional[str]]:
     stats: dict[str, float] = {}
     if c.shape != r.shape:
         return False, stats, f"shape {tuple(c.shape)} != expected {tuple(r.shape)}"
@@ -70,8 +86,9 @@ def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance) -> tuple[b
     # output's memory and, first-touched, most of 45-80 s of judging per solution on an H100 host.
     acc = _Sums()
     cflat, rflat = c.reshape(-1), r.reshape(-1)
-    for off in range(0, rflat.numel(), JUDGE_CHUNK):
-        cc, rr = cflat[off:off + JUDGE_CHUNK], rflat[off:off + JUDGE_CHUNK]
+    step = chunk or JUDGE_CHUNK
+    for off in range(0, rflat.numel(), step):
+        cc, rr = cflat[off:off + step], rflat[off:off + step]
         if cc.element_size() < 4:
             cc, rr = cc.float(), rr.float()
         acc.add(torch.sub(cc, rr).abs_(), rr, tol)
@@ -79,6 +96,7 @@ def compare_tensors(c: torch.Tensor, r: torch.Tensor, tol: Tolerance) -> tuple[b
 
 
 JUDGE_CHUNK = 1 << 22  # values per step of compare_tensors
+GPU_JUDGE_CHUNK = 1 << 24  # on a device: fewer steps (each waits for the GPU), 64 MB temporaries
 SQUARE_SAFE = 1e15  # a chunk's largest |value| within [1/this, this]: its squares sum in fp32 safely
 
 
@@ -168,10 +186,16 @@ def _described(leaves: list, meta: list[dict]) -> bool:
     """Each output value is what its description says: a tensor where a tensor is described (with
     its device), nothing else where none is."""
     return len(leaves) == len(meta) and all(
-        isinstance(x, torch.Tensor) == (m.get("device") is not None) for x, m in zip(leaves, meta))
+        isinstance(x, (torch.Tensor, Remote)) == (m.get("device") is not None) for x, m in zip(leaves, meta))
 
 
-def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, tol: Tolerance) -> Verdict:
+# judges pairs (the reference's kept output, the candidate's exported one) where they are: the
+# reference's process (stages/check.py). Returns per pair (ok, stats, reason)
+RemoteJudge = Callable[[list[tuple[Remote, Remote]]], list[tuple[bool, dict, Optional[str]]]]
+
+
+def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, tol: Tolerance,
+                remote: Optional[RemoteJudge] = None) -> Verdict:
     flags: list[str] = []
     # form: exact torch.Tensor, same structure, same device
     c_meta, r_meta = cand.out_meta, ref.out_meta
@@ -201,17 +225,42 @@ def judge_trial(index: int, shape_name: str, cand: TrialData, ref: TrialData, to
     if len(c_leaves) != len(r_leaves):
         return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
                                   reason=f"{len(c_leaves)} output values, expected {len(r_leaves)}"))
-    worst: dict[str, float] = {}
-    for c, r in zip(c_leaves, r_leaves):
-        if isinstance(r, torch.Tensor):
-            ok, stats, reason = compare_tensors(c, r, tol)
-            for k, v in stats.items():
-                worst[k] = max(worst.get(k, 0.0), v)
-            if not ok:
-                return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False, reason=reason, **worst))
-        elif isinstance(c, torch.Tensor) or c != r:
+    # outputs that stayed on the device are judged there, all of a trial's at once; the rest here
+    pairs, far = [], {}
+    for j, (c, r) in enumerate(zip(c_leaves, r_leaves)):
+        if isinstance(c, Remote) and not isinstance(r, Remote):
             return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False,
-                                      reason=f"non-tensor output {c!r} != expected {r!r}"))
+                                      reason="an output was sent as a device handle where none was asked for"),
+                           ["malformed_report"], rejected=True)
+        if isinstance(r, Remote):
+            if not isinstance(c, Remote):
+                raise NeedBytes()
+            if list(c.shape) == list(r.shape) and c.dtype == r.dtype:
+                far[j] = len(pairs)
+                pairs.append((r, c))
+    if pairs:
+        if remote is None:
+            raise NeedBytes()
+        judged = remote(pairs)
+    worst: dict[str, float] = {}
+    for j, (c, r) in enumerate(zip(c_leaves, r_leaves)):
+        if isinstance(r, Remote):
+            if j in far:
+                ok, stats, reason = judged[far[j]]
+            elif list(c.shape) != list(r.shape):
+                ok, stats, reason = False, {}, f"shape {tuple(c.shape)} != expected {tuple(r.shape)}"
+            else:
+                ok, stats, reason = False, {}, f"dtype {c.dtype} != expected {r.dtype}"
+        elif isinstance(r, torch.Tensor):
+            ok, stats, reason = compare_tensors(c, r, tol)
+        elif isinstance(c, torch.Tensor) or c != r:
+            ok, stats, reason = False, {}, f"non-tensor output {c!r} != expected {r!r}"
+        else:
+            continue
+        for k, v in stats.items():
+            worst[k] = max(worst.get(k, 0.0), v)
+        if not ok:
+            return Verdict(TrialCheck(seed_index=index, shape=shape_name, ok=False, reason=reason, **worst))
     # inputs: a candidate may change them only the way the reference does
     # (a candidate's child ships its inputs only when they differ from a copy taken before the call)
     before = ref.inputs_before if ref.inputs_before is not None else ref.inputs_after

@@ -11,8 +11,9 @@ then holds the measured need instead before its candidate runs a trial (`Hold.gr
 it is more, giving back at once where it is less).
 
 An evaluation is admitted while what the host (its GPU) has available now, less a margin and less
-everything the other evaluations hold, covers its need: what the others hold may already be taken,
-so this counts it twice rather than risk the machine. The oldest hold is never kept waiting: it can
+what the other evaluations hold, covers its need: on the host everything they hold (part of it may
+be taken already, so this counts it twice rather than risk the machine), on a GPU only what their
+processes have not taken yet (NVML's per-process figures; whole where it has none). The oldest hold is never kept waiting: it can
 always proceed, so two evaluations waiting to grow cannot wait on each other forever, and a need
 larger than the machine fails by itself, as `too_big`, instead of waiting for ever.
 """
@@ -80,6 +81,19 @@ def gpu_memory(visible: Optional[str]) -> tuple[Optional[int], Optional[int]]:
         return None, None
 
 
+def gpu_usage(visible: Optional[str]) -> Optional[dict[int, int]]:
+    """Device memory each process holds on the first GPU of `visible`, by pid (NVML's compute
+    processes); None where NVML cannot say."""
+    from .timing.monitor import nvml_handle
+    nvml, h = nvml_handle(visible)
+    if h is None:
+        return None
+    try:
+        return {int(p.pid): int(p.usedGpuMemory or 0) for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)}
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def frame_limit(budget_gb: float = 0) -> int:
     """The most one reply's frames may announce: what the host can hold now (or the configured
     budget). An honest output past it is too big for this machine."""
@@ -100,11 +114,12 @@ class Admission:
 
     def __init__(self, host_gb: float = 0, gpu_gb: float = 0, poll_s: float = 0.25,
                  host_probe: Callable[[], tuple] = host_memory,
-                 gpu_probe: Callable[[Optional[str]], tuple] = gpu_memory):
+                 gpu_probe: Callable[[Optional[str]], tuple] = gpu_memory,
+                 usage_probe: Callable[[Optional[str]], Optional[dict]] = gpu_usage):
         self.host_budget = int(host_gb * GB) if host_gb else None
         self.gpu_budget = int(gpu_gb * GB) if gpu_gb else None
         self.poll_s = poll_s
-        self._host_probe, self._gpu_probe = host_probe, gpu_probe
+        self._host_probe, self._gpu_probe, self._usage_probe = host_probe, gpu_probe, usage_probe
         self._cv = threading.Condition()
         self._holds: dict[int, "Hold"] = {}
         self._next = 0
@@ -145,11 +160,21 @@ class Admission:
             if avail is not None and need.host > avail - HOST_MARGIN - host_held:
                 return False
         if need.gpu and h.gpu is not None:
-            gpu_held = sum(o.need.gpu for o in others if o.gpu == h.gpu)
+            mates = [o for o in others if o.gpu == h.gpu]
             if self.gpu_budget is not None:
-                return gpu_held + need.gpu <= self.gpu_budget
+                return sum(o.need.gpu for o in mates) + need.gpu <= self.gpu_budget
             free, _ = self._gpu_probe(h.gpu)
-            if free is not None and need.gpu > free - GPU_MARGIN - gpu_held:
+            if free is None:
+                return True
+            # the GPU's free memory already lacks what each evaluation's processes hold now: of a hold,
+            # only the part its processes have not taken yet is still to come (counted whole, level 2
+            # waited 20-60 s a record for memory that was in fact free). NVML's per-process figures;
+            # where it has none, holds count whole
+            used = self._usage_probe(h.gpu) if any(o.pids for o in mates) or h.pids else None
+            used = used or {}
+            coming = sum(max(0, o.need.gpu - sum(used.get(p, 0) for p in o.pids)) for o in mates)
+            mine = max(0, need.gpu - sum(used.get(p, 0) for p in h.pids))
+            if mine > free - GPU_MARGIN - coming:
                 return False
         return True
 
@@ -192,6 +217,11 @@ class Hold:
         self.admission, self.id, self.gpu = admission, id, gpu
         self.need = Need(host=0)
         self.waited_s = 0.0
+        # the evaluation's processes on its GPU (memory.gpu_usage: what of the need they hold already)
+        self.pids: set[int] = set()
+
+    def track(self, *pids: Optional[int]) -> None:
+        self.pids.update(p for p in pids if p)
 
     def grow(self, need: Need) -> None:
         """Hold the measured need instead of the provisional one: raises TooBig where the machine

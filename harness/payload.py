@@ -8,6 +8,10 @@ load cost about a second per 200 MB at each end; a full-size trial is often that
 
 The header holds the record's tree with every tensor replaced by {"t": index}, and per tensor its
 dtype, shape and byte count. Leaves besides tensors: None, bool, int, float, str.
+
+A GPU output judged on the device (stages/check.py) stays where it is: under the record's "out" it
+travels as {"dev": {...}}, its dtype, shape and byte count beside where to find it (a reference's
+kept output by index, a candidate's by its CUDA IPC handle: cuda_ipc.py), and decodes as a `Remote`.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import json
 import math
 import mmap
 import struct
-from typing import Any
+from typing import Any, Callable, Optional
 
 _LEN = struct.Struct("<Q")
 # what a payload may name; a dtype outside it is refused (the header is the candidate's to write)
@@ -64,24 +68,33 @@ def _view(t, n: int) -> memoryview:
     return memoryview(raw).cast("B")
 
 
-def encode(torch, record: dict) -> Encoded:
+def encode(torch, record: dict, share: Optional[Callable[[Any], Optional[dict]]] = None) -> Encoded:
     """Child side: the payload, written by iterating it. Tensors must be plain (runner._plain), on
-    the host or a device; anything else in the tree is written as its type's name."""
+    the host or a device; anything else in the tree is written as its type's name. `share`: given each
+    device tensor under record["out"] (contiguous), the node it travels as instead of its bytes, or
+    None to send the bytes."""
     tensors: list = []
 
-    def enc(x: Any, depth: int = 0):
+    def enc(x: Any, depth: int = 0, out: bool = False):
         if depth > MAX_DEPTH:
             raise ValueError("output nested too deeply")
         if isinstance(x, torch.Tensor):
             t = x.detach().contiguous()
+            if out and share is not None and t.device.type == "cuda":
+                node = share(t)
+                if node is not None:
+                    return {"dev": {**node, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                                    "nbytes": t.numel() * t.element_size()}}
             if t.device.type not in ("cpu", "cuda"):
                 t = t.to("cpu")
             tensors.append(t)
             return {"t": len(tensors) - 1}
         if isinstance(x, (list, tuple)):
-            return [enc(y, depth + 1) for y in x]
+            return [enc(y, depth + 1, out) for y in x]
         if isinstance(x, dict):
-            return {"map": {str(k): enc(v, depth + 1) for k, v in x.items()}}
+            if depth == 0:
+                return {"map": {str(k): enc(v, 1, k == "out") for k, v in x.items()}}
+            return {"map": {str(k): enc(v, depth + 1, out) for k, v in x.items()}}
         if x is None or isinstance(x, (bool, int, str)):
             return x
         if isinstance(x, float):  # JSON has no NaN or inf
@@ -96,9 +109,20 @@ def encode(torch, record: dict) -> Encoded:
     return Encoded(torch, _LEN.pack(len(header)) + header, tensors, [m["nbytes"] for m in meta])
 
 
+class Remote:
+    """A device output that stayed on the device: its form, and where it is (`node`: the sender's
+    words, checked by whoever reads it)."""
+
+    def __init__(self, dtype, shape: list[int], nbytes: int, node: dict):
+        self.dtype, self.shape, self.nbytes, self.node = dtype, shape, nbytes, node
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
 def decode(blob) -> dict:
-    """Parent side: the record, its tensors views of `blob` (kept alive by them). Raises ValueError
-    on anything malformed."""
+    """Parent side: the record, its tensors views of `blob` (kept alive by them), device outputs
+    that stayed on the device `Remote`. Raises ValueError on anything malformed."""
     import torch
     buf = blob if isinstance(blob, (bytearray, mmap.mmap)) else bytearray(blob)  # frombuffer wants it writable
     if len(buf) < _LEN.size:
@@ -129,16 +153,18 @@ def decode(blob) -> dict:
     if off != len(buf):
         raise ValueError("trailing bytes after the last tensor")
 
-    def dec(x: Any, depth: int = 0):
+    def dec(x: Any, depth: int = 0, out: bool = False):
         if depth > MAX_DEPTH:
             raise ValueError("payload nested too deeply")
         if isinstance(x, list):
-            return [dec(y, depth + 1) for y in x]
+            return [dec(y, depth + 1, out) for y in x]
         if isinstance(x, dict):
             if set(x) == {"t"} and isinstance(x["t"], int) and 0 <= x["t"] < len(tensors):
                 return tensors[x["t"]]
+            if set(x) == {"dev"} and out:
+                return _remote(torch, x["dev"])
             if set(x) == {"map"} and isinstance(x["map"], dict):
-                return {k: dec(v, depth + 1) for k, v in x["map"].items()}
+                return {k: dec(v, depth + 1, out or (depth == 0 and k == "out")) for k, v in x["map"].items()}
             if set(x) == {"float"} and x["float"] in ("nan", "inf", "-inf"):
                 return float(x["float"])
             raise ValueError("unknown node in payload")
@@ -146,10 +172,24 @@ def decode(blob) -> dict:
             return x
         raise ValueError("unknown leaf in payload")
 
+    if not (isinstance(tree, dict) and set(tree) == {"map"}):
+        raise ValueError("payload is not a record")
     rec = dec(tree)
     # dec refers to itself through its closure, which holds `tensors`: left to the cycle collector,
     # every trial's frames stayed mapped until its next pass (128 MB a trial, measured)
     del dec
-    if not isinstance(rec, dict):
-        raise ValueError("payload is not a record")
     return rec
+
+
+def _remote(torch, node: Any) -> Remote:
+    if not isinstance(node, dict):
+        raise ValueError("bad device node")
+    name, shape, nbytes = node.get("dtype"), node.get("shape"), node.get("nbytes")
+    if name not in DTYPES or not isinstance(getattr(torch, name, None), torch.dtype):
+        raise ValueError(f"dtype {name!r} not accepted")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+        raise ValueError("bad shape")
+    dtype = getattr(torch, name)
+    if nbytes != math.prod(shape) * dtype.itemsize:
+        raise ValueError("a device output's bytes do not match its shape")
+    return Remote(dtype, shape, nbytes, {k: v for k, v in node.items() if k not in ("dtype", "shape", "nbytes")})

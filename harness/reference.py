@@ -33,6 +33,11 @@ class ReferenceError(RuntimeError):
     """The problem itself failed: not the solution's fault, and no verdict for it."""
 
 
+class JudgeFailed(RuntimeError):
+    """The reference could not judge a candidate's device outputs (stages/check.py judges the trial
+    from bytes instead)."""
+
+
 class ReferenceTooBig(ReferenceError):
     """The reference's forward ran out of memory, or its outputs would not fit the host: its
     solutions get `too_big` (perhaps only because of a neighbour: a batch re-runs them alone)."""
@@ -203,23 +208,29 @@ class ReferenceSession:
         extra = meta.get("extra_shapes", []) if self.cfg.correctness.extra_shapes else []
         self.meta = meta
         self.plan = make_plan(self.rng, self.cfg.correctness.trials, extra)
-        self._cache: dict[tuple, tuple["TrialData", int]] = {}  # (seed, with inputs) -> trial()'s answer
+        # (seed, with inputs, on the device) -> trial()'s answer
+        self._cache: dict[tuple, tuple["TrialData", int]] = {}
         self._cached = 0  # bytes
+        # a GPU problem's outputs stay on the device and are judged there (stages/check.py)
+        self.on_device = self.device == "cuda" and self.cfg.correctness.judge == "device"
 
     def trial(self, i: int, with_inputs: bool = False, seeds: Optional[list[int]] = None,
-              on_worker: Optional[Callable[[Worker], None]] = None) -> tuple["TrialData", int]:
+              on_worker: Optional[Callable[[Worker], None]] = None,
+              share: Optional[bool] = None) -> tuple["TrialData", int]:
         """The reference's trial `i` of the plan (or of `seeds`: a re-check's own) and the most a
         candidate's answer to it may take in bytes (frame_allowance): from the cache, else computed
         now in the reference process. `with_inputs`: with its
         inputs after the call, even where it left them unchanged (the yardstick for a candidate that
-        changed its own). `on_worker`: told of the process (a stoppable phase)."""
+        changed its own). `on_worker`: told of the process (a stoppable phase). `share`: its device
+        outputs kept in its process for `judge` (default: `on_device`), not sent."""
         from .correctness import load_trial
         from .memory import frame_limit, measured
         from .process.worker import FrameTooLarge
         seed = (seeds or self.plan.seeds)[i]
         shape = self.plan.shapes[i] if i < len(self.plan.shapes) else {}
+        share = self.on_device if share is None else share
         with self.lock:
-            for key in ((seed, with_inputs), (seed, True)):
+            for key in ((seed, with_inputs, share), (seed, True, share)):
                 if key in self._cache:
                     return self._cache[key]
             fresh = self.worker is None
@@ -228,7 +239,7 @@ class ReferenceSession:
                 on_worker(self.worker)
             try:
                 reply, _ = self.worker.request(
-                    TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], inputs=with_inputs),
+                    TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], inputs=with_inputs, share=share),
                     self.cfg.timeouts.problem_s, max_bytes=frame_limit(self.cfg.memory.host_gb))
             except FrameTooLarge as e:
                 self.close()
@@ -250,13 +261,63 @@ class ReferenceSession:
                 self.close()
                 raise ReferenceError(f"problem {self.problem.name}: the reference sent {len(reply.blobs)} trials for one")
             size = reply.blob_sizes[0]
-            got = (load_trial(reply.blobs[0]), frame_allowance(size, reply.inputs_bytes or 0))
+            # the candidate's answer may be bytes where the reference's stayed on the device (one it
+            # could not export): its allowance counts those outputs as if sent
+            got = (load_trial(reply.blobs[0], reply.kept), frame_allowance(size + reply.kept_bytes, reply.inputs_bytes or 0))
             if self.need is None:
-                self.need = measured(size, reply.work_rss_bytes or 0, reply.gpu_peak_bytes, self.device)
-            if seeds is None and size + self._cached <= TRIAL_CACHE_BYTES:
-                self._cache[(seed, with_inputs)] = got
+                # the parent holds a trial's bytes only where a GPU trial falls back to them (NeedBytes)
+                self.need = measured(size + reply.kept_bytes, reply.work_rss_bytes or 0, reply.gpu_peak_bytes,
+                                     self.device)
+            if seeds is None and (reply.persisted if reply.kept is not None else size + self._cached <= TRIAL_CACHE_BYTES):
+                self._cache[(seed, with_inputs, share)] = got
                 self._cached += size
             return got
+
+    def judge(self, ref: "TrialData", pairs: list, tol: Tolerance,
+              on_worker: Optional[Callable[[Worker], None]] = None) -> list[tuple[bool, dict, Optional[str]]]:
+        """Judge a candidate's exported device outputs against this reference's kept ones (`ref`, a
+        trial from trial(share=True)), in the reference's process, on the device: per pair of
+        (kept Remote, candidate's Remote), (ok, stats, reason). Raises cuda_ipc.Refused where the
+        candidate's handles do not describe memory it exported, JudgeFailed where the reference could
+        not judge them (its process is closed: the trial is then judged from bytes)."""
+        from .cuda_ipc import Refused
+        from .records.messages import JudgeCommand, JudgePair
+        cmd = JudgeCommand(token=ref.token, atol=tol.atol, rtol=tol.rtol, rel_l2=tol.rel_l2, pairs=[
+            JudgePair(ref_index=r.node.get("kept", -1), node=c.node, dtype=str(c.dtype).removeprefix("torch."),
+                      shape=list(c.shape), nbytes=c.nbytes) for r, c in pairs])
+        with self.lock:
+            if self.worker is None:
+                raise JudgeFailed("the reference process that kept the trial is gone")
+            if on_worker is not None:
+                on_worker(self.worker)
+            try:
+                reply, _ = self.worker.request(cmd, self.cfg.timeouts.problem_s)
+            except Exception as e:  # noqa: BLE001
+                self.close()
+                raise JudgeFailed(f"the reference failed judging on the device: {e}") from None
+            if reply.ok and reply.gone:
+                raise JudgeFailed("the reference no longer keeps the trial")
+            if reply.ok and reply.unmapped:
+                raise JudgeFailed(f"the candidate's outputs could not be mapped: {reply.unmapped}")
+            if not reply.ok or (reply.refused is None and len(reply.results) != len(pairs)):
+                self.close()
+                raise JudgeFailed(f"the reference failed judging on the device: {reply.error}")
+        if reply.refused is not None:
+            raise Refused(reply.refused)
+        return [(x.ok, x.stats, x.reason) for x in reply.results]
+
+    def release(self, ref: "TrialData") -> None:
+        """Let a kept trial go that will not be judged (best effort: the process keeps a few at most)."""
+        from .records.messages import ReleaseCommand
+        if ref.token is None:
+            return
+        with self.lock:
+            if self.worker is None or any(v[0] is ref for v in self._cache.values()):
+                return
+            try:
+                self.worker.request(ReleaseCommand(token=ref.token), self.cfg.timeouts.problem_s)
+            except Exception:  # noqa: BLE001
+                self.close()
 
     def setup_for(self, role: str, solution_path: Optional[str] = None) -> Setup:
         return Setup(role=role, problem_path=str(self.problem.path), solution_path=solution_path, device=self.device,
@@ -357,6 +418,8 @@ class ReferenceSession:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        for key in [k for k in self._cache if k[2]]:  # outputs kept in the process just closed
+            del self._cache[key]
         for w in self.extra:
             w.close()
         self.extra = []

@@ -99,3 +99,78 @@ def test_the_chunked_sums_keep_huge_and_tiny_outputs_in_range():
     assert ok and stats["rel_l2_diff"] < 1e-5, reason
     ok, stats, reason = compare_tensors(torch.zeros(1000), torch.full((1000,), 1e-25), tol)
     assert not ok and stats["rel_l2_diff"] == 1.0 and "relative L2" in reason
+
+
+def _forged_payload(tree, tensors=(), data=b""):
+    import json
+    import struct
+    head = json.dumps({"tree": {"map": tree}, "tensors": list(tensors)}).encode()
+    return struct.pack("<Q", len(head)) + head + data
+
+
+def _dev(**node):
+    return {"dev": {"dtype": "float32", "shape": [2, 3], "nbytes": 24, **node}}
+
+
+def test_an_output_left_on_the_device_decodes_as_remote_only_among_the_outputs():
+    """A GPU output judged on the device travels as a node naming where it is (payload.Remote): its
+    form is checked like a tensor's, and such a node anywhere but under "out" (the inputs, which the
+    parent compares itself) is refused."""
+    from harness.payload import Remote, decode
+    rec = decode(_forged_payload({"out": [_dev(ipc="ab" * 64, offset=0)], "out_meta": []}))
+    r = rec["out"][0]
+    assert isinstance(r, Remote) and r.shape == [2, 3] and r.dtype == torch.float32 and r.nbytes == 24
+    assert r.node == {"ipc": "ab" * 64, "offset": 0}
+    for bad in ({"out": _dev(nbytes=99), "out_meta": []},
+                {"out": _dev(dtype="object"), "out_meta": []},
+                {"out": _dev(shape=[-1, 3]), "out_meta": []},
+                {"out": [], "out_meta": [], "inputs_after": [_dev(ipc="ab" * 64, offset=0)]},
+                {"out": {"dev": 3}, "out_meta": []}):
+        with pytest.raises(ValueError):
+            decode(_forged_payload(bad))
+
+
+def _remote_trials(c_out, r_out, meta):
+    from harness.correctness import TrialData
+    return (TrialData(out=c_out, inputs_after=None, out_meta=meta),
+            TrialData(out=r_out, inputs_after=None, out_meta=meta, token=7))
+
+
+def test_outputs_that_stayed_on_the_device_are_judged_there_and_the_rest_here():
+    """judge_trial sends every pair of outputs left on the device to `remote` in one call (with the
+    reference's kept output first), takes its answers in the outputs' order, judges host values
+    itself, and checks the form of the far ones before asking: a shape that differs fails here."""
+    from harness.correctness import NeedBytes, judge_trial
+    from harness.payload import Remote
+
+    def rem(idx, shape=(2, 3)):
+        return Remote(torch.float32, list(shape), 4 * math.prod(shape), {"kept": idx} if idx is not None else {"ipc": "x"})
+
+    meta = [{"type": "torch.Tensor", "device": "cuda"}] * 2 + [{"type": "builtins.int"}]
+    asked = []
+
+    def remote(pairs):
+        asked.append([(r.node, c.node) for r, c in pairs])
+        return [(True, {"max_abs_diff": 0.5}, None), (False, {"max_abs_diff": 2.0}, "values differ")]
+
+    c, r = _remote_trials([rem(None), rem(None), 3], [rem(0), rem(1), 3], meta)
+    v = judge_trial(0, "default", c, r, FP32, remote=remote)
+    assert asked == [[({"kept": 0}, {"ipc": "x"}), ({"kept": 1}, {"ipc": "x"})]]
+    assert not v.check.ok and v.check.reason == "values differ" and v.check.max_abs_diff == 2.0
+
+    c, r = _remote_trials([rem(None), rem(None, (3, 2)), 3], [rem(0), rem(1), 3], meta)
+    v = judge_trial(0, "default", c, r, FP32, remote=lambda pairs: [(True, {}, None)] * len(pairs))
+    assert not v.check.ok and "shape (3, 2) != expected (2, 3)" in v.check.reason
+
+    c, r = _remote_trials([rem(None), rem(None), 4], [rem(0), rem(1), 3], meta)
+    v = judge_trial(0, "default", c, r, FP32, remote=lambda pairs: [(True, {}, None)] * len(pairs))
+    assert not v.check.ok and "non-tensor output 4" in v.check.reason
+
+    # the candidate sent bytes where the reference kept its output: judged from bytes on both sides
+    c, r = _remote_trials([torch.zeros(2, 3), rem(None), 3], [rem(0), rem(1), 3], meta)
+    with pytest.raises(NeedBytes):
+        judge_trial(0, "default", c, r, FP32, remote=remote)
+    # a device handle where the reference sent bytes: nobody asked for one
+    c, r = _remote_trials([rem(None), torch.zeros(2, 3), 3], [torch.zeros(2, 3), torch.zeros(2, 3), 3], meta)
+    v = judge_trial(0, "default", c, r, FP32)
+    assert v.rejected and "malformed_report" in v.flags

@@ -22,6 +22,13 @@ def test_gpu_fixture_verdict(path):
         rel = r.timing_method["process_bias_rel"]
         assert ("short_kernel" in r.flags) == (1.96 * rel > 0.01), detail
         assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1], r.speedup_ci
+    # a GPU problem's outputs are judged on the device, in the reference's process (stages/check.py),
+    # and from bytes in the parent only where the device could not (a handle that does not open)
+    judged = {(t.judged_on or "").split(" ")[0] for t in r.trials}
+    if path.name == "ipc_handle_unopenable.py":
+        assert judged == {"parent"} and all("could not be mapped" in t.judged_on for t in r.trials), r.trials
+    elif exp.status == "passed":
+        assert judged == {"device"}, r.trials
     if "kernel_list" in r.timing_method:  # listed: through CUPTI directly, not the profiler's start-up
         assert r.timing_method["kernel_list"] == "cupti", r.timing_method
         assert r.phases.profiler_start_s < 1.0, r.phases

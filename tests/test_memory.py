@@ -17,11 +17,12 @@ from conftest import ROOT, TESTS, make_config
 GB = 1 << 30
 
 
-def _admission(host_gb=0.0, gpu_gb=0.0, avail=None, free=None):
+def _admission(host_gb=0.0, gpu_gb=0.0, avail=None, free=None, usage=None):
     from harness.memory import Admission
     return Admission(host_gb, gpu_gb, poll_s=0.02,
                      host_probe=lambda: (avail, 64 * GB if avail is not None else None),
-                     gpu_probe=lambda visible: (free.get(visible) if free else None, 80 * GB))
+                     gpu_probe=lambda visible: (free.get(visible) if free else None, 80 * GB),
+                     usage_probe=lambda visible: usage)
 
 
 def _later(fn):
@@ -110,6 +111,44 @@ def test_what_the_machine_has_now_and_each_gpu_are_counted_beside_the_holds():
     c.release()
     t.join(5)
     assert "value" in box
+
+
+def test_on_a_gpu_only_what_an_evaluations_processes_have_not_taken_yet_is_counted_again():
+    """NVML's free memory already lacks what a running evaluation's processes hold: of its hold only
+    the rest is still to come. Counted whole, a second evaluation that fits waited (level 2 on an
+    H100: 20-60 s a record); a process NVML does not list has taken nothing yet."""
+    from harness.memory import Need
+    usage = {101: 20 * GB, 102: 5 * GB}  # the first evaluation's reference and candidate
+    free = {"0": 40 * GB}
+    adm = _admission(avail=100 * GB, free=free, usage=usage)  # 80 GB, 40 taken
+    a = adm.hold(Need(1 * GB, 30 * GB), gpu="0")
+    a.track(101, 102)
+    tb, boxb = _later(lambda: adm.hold(Need(1 * GB, 30 * GB), gpu="0"))  # 40 - 1 (margin) - (30 - 25) >= 30
+    tb.join(2)
+    b = boxb["value"]
+    t, box = _later(lambda: adm.hold(Need(1 * GB, 30 * GB), gpu="0"))  # and b's 30 GB not taken yet
+    time.sleep(0.15)
+    assert "value" not in box
+    b.track(103)  # its processes take its share: the GPU's free memory falls as much
+    usage[103], free["0"] = 30 * GB, 10 * GB
+    time.sleep(0.15)
+    assert "value" not in box  # 10 - 1 - 5 < 30
+    a.release()  # its processes end with it
+    del usage[101], usage[102]
+    free["0"] = 35 * GB
+    t.join(5)
+    assert "value" in box
+    b.release()
+    box["value"].release()
+    # without per-process figures, holds count whole: 40 - 1 - 30 < 30
+    adm = _admission(avail=100 * GB, free={"0": 40 * GB}, usage=None)
+    a = adm.hold(Need(1 * GB, 30 * GB), gpu="0")
+    a.track(101, 102)
+    t, box = _later(lambda: adm.hold(Need(1 * GB, 30 * GB), gpu="0"))
+    time.sleep(0.15)
+    assert "value" not in box
+    a.release()
+    t.join(5)
 
 
 def test_waiting_for_memory_first_asks_idle_sessions_to_go():

@@ -180,8 +180,8 @@ def compiler_errors(text: str, limit: int = 40) -> str:
 # candidate / reference roles: the command loop around runner.Runner
 
 def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
-    from ..records.messages import (COMMAND, BuildReply, KernelsReply, LintReply, LoadReply, ProfilerReply,
-                                    QuietReply, TimeReply, TrialsReply, failed)
+    from ..records.messages import (COMMAND, BuildReply, JudgeReply, KernelsReply, LintReply, LoadReply,
+                                    ProfilerReply, QuietReply, ReleaseReply, TimeReply, TrialsReply, failed)
 
     try:
         runner = Runner(setup)
@@ -197,6 +197,7 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
         cmd = COMMAND.validate_json(line)
         if cmd.op == "exit":
             return
+        runner.shared.clear()  # a candidate's exported outputs: judged by now
         try:
             if cmd.op == "build":
                 runner.build(cmd.init_seed)
@@ -204,9 +205,14 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
                 reply = BuildReply(ok=True,
                                    param_count=sum(p.numel() for p in params()) if callable(params) else 0)
             elif cmd.op == "trials":
-                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.inputs)
+                blobs, seen = runner.trials(cmd.seeds, cmd.shapes, cmd.inputs, cmd.share)
                 reply = TrialsReply(ok=True, blob_sizes=[b.size for b in blobs], **seen)
                 reply.blobs = blobs
+            elif cmd.op == "judge" and runner.role == "reference" and runner.device == "cuda":
+                reply = JudgeReply(ok=True, **runner.judge(cmd))
+            elif cmd.op == "release" and runner.role == "reference":
+                runner.release(cmd.token)
+                reply = ReleaseReply(ok=True)
             elif cmd.op == "lint" and runner.role == "reference":
                 reply = LintReply(ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
@@ -232,7 +238,7 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
                     _write_all(rep_fd, part)
         except BaseException:  # noqa: BLE001 - the reply line promised bytes that cannot come now
             return
-        if cmd.op == "trials":
+        if cmd.op in ("trials", "judge"):
             reply = None
             runner.release_cache()
         if not reply_ok:

@@ -59,6 +59,12 @@ class Runner:
         else:
             self.cls = getattr(self.problem, "Model", None)
         self.base_rss = _rss()  # a trial's working memory is what the process grows beyond this
+        # outputs that stayed on the device (TrialsCommand.share): a candidate's exported ones, alive
+        # until its next command; a reference's kept ones by trial token, for JudgeCommand
+        self.shared: list = []
+        self.kept: dict[int, list] = {}
+        self.persisted: dict[int, int] = {}  # tokens kept for the problem's later solutions -> bytes
+        self._tokens = 0
 
     def _poison(self) -> None:
         """Fill memory the candidate might inherit with NaN: a kernel that returns torch.empty()
@@ -134,15 +140,18 @@ class Runner:
                 raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
             raise
 
-    def trials(self, seeds: list[int], shapes: list[dict], with_inputs: bool = False) -> tuple[list, dict]:
+    def trials(self, seeds: list[int], shapes: list[dict], with_inputs: bool = False,
+               share: bool = False) -> tuple[list, dict]:
         """Run one forward per seed on fresh inputs; return each trial as a payload (harness.payload:
         outputs, and the inputs after the call where the call changed them or `with_inputs` asks,
         with a reference's pristine inputs beside them), and what ran during the first trial (calls
-        into the solution's extensions) and the process's peak memory."""
+        into the solution's extensions) and the process's peak memory. `share` (GPU): device outputs
+        stay on the device (a reference keeps them, a candidate exports them: cuda_ipc.py)."""
         from .. import payload
         torch = self.torch
         blobs = []
         seen: dict = {}
+        share = share and self.device == "cuda"
         for i, seed in enumerate(seeds):
             shape = shapes[i] if i < len(shapes) else {}
             inputs = self.make_inputs(seed, shape)
@@ -166,12 +175,83 @@ class Runner:
                 record["inputs_after"] = _plain(torch, inputs)
             if self.role == "reference" and changed:
                 record["inputs_before"] = _plain(torch, self.make_inputs(seed, shape))
-            blobs.append(payload.encode(torch, record))
+            if share and self.role == "reference":
+                kept: list = []
+                blobs.append(payload.encode(torch, record, share=lambda t: kept.append(t) or {"kept": len(kept) - 1}))
+                seen.update(self._keep(kept))
+            elif share:
+                blobs.append(payload.encode(torch, record, share=self._export))
+            else:
+                blobs.append(payload.encode(torch, record))
             del out, inputs, record
         peak = _rss("VmHWM")
         seen.update(work_rss_bytes=max(0, peak - self.base_rss) if peak and self.base_rss else None,
                     gpu_peak_bytes=int(torch.cuda.max_memory_reserved()) if self.device == "cuda" else None)
         return blobs, seen
+
+    # a reference's kept trials: those of at most this many bytes in all stay for the problem's later
+    # solutions (as the parent kept small trials when it held them); of the rest the newest few, for
+    # the evaluations of the problem in flight at once
+    PERSIST_BYTES = 64 << 20
+    TRANSIENT = 4
+
+    def _keep(self, tensors: list) -> dict:
+        self._tokens += 1
+        token, n = self._tokens, sum(t.numel() * t.element_size() for t in tensors)
+        self.kept[token] = tensors
+        persisted = sum(self.persisted.values()) + n <= self.PERSIST_BYTES
+        if persisted:
+            self.persisted[token] = n
+        transient = [k for k in self.kept if k not in self.persisted]
+        for k in transient[:-self.TRANSIENT]:
+            del self.kept[k]
+        return {"kept": token, "kept_bytes": n, "persisted": persisted}
+
+    def _export(self, t) -> Optional[dict]:
+        """A candidate's device output, exported (cuda_ipc.export) and kept alive until its next
+        command; None (its bytes travel instead) where the driver cannot export it."""
+        from ..cuda_ipc import IpcError, export
+        if not t.numel():
+            return None
+        try:
+            node = export(t)
+        except (IpcError, OSError):
+            return None
+        self.shared.append(t)
+        return node
+
+    def judge(self, cmd) -> dict:
+        """Reference: a kept trial's outputs against a candidate's exported ones, on the device, with
+        the parent's own comparison code (correctness.compare_tensors)."""
+        from ..config import Tolerance
+        from ..correctness import GPU_JUDGE_CHUNK, compare_tensors
+        from ..cuda_ipc import IpcError, Mapped, Refused
+        refs = self.kept.get(cmd.token)
+        if refs is None:
+            return {"gone": True}
+        tol = Tolerance(atol=cmd.atol, rtol=cmd.rtol, rel_l2=cmd.rel_l2)
+        results = []
+        try:
+            with Mapped(self.torch) as m:
+                for p in cmd.pairs:
+                    if not 0 <= p.ref_index < len(refs):
+                        raise RuntimeError("no such kept output")
+                    c = m.tensor(p.node, p.dtype, p.shape, p.nbytes)
+                    ok, stats, reason = compare_tensors(c, refs[p.ref_index], tol, chunk=GPU_JUDGE_CHUNK)
+                    results.append({"ok": ok, "reason": reason, "stats": stats})
+                    del c
+        except Refused as e:
+            return {"refused": str(e)}
+        except IpcError as e:
+            return {"unmapped": str(e)}
+        finally:
+            if cmd.release:
+                self.release(cmd.token)
+        return {"results": results}
+
+    def release(self, token: int) -> None:
+        if token not in self.persisted:
+            self.kept.pop(token, None)
 
     def release_cache(self) -> None:
         """A reference after its trials: its cached device blocks go back to the GPU, which the other

@@ -67,6 +67,41 @@ class TrialsCommand(_Strict):
     seeds: list[int]
     shapes: list[dict[str, Any]] = Field(default_factory=list)
     inputs: bool = False  # send the inputs after the call even where it left them unchanged
+    # GPU outputs stay on the device (judged there: stages/check.py): a reference keeps them for a
+    # JudgeCommand, a candidate exports them through CUDA IPC (cuda_ipc.py) and keeps them until its
+    # next command
+    share: bool = False
+
+
+class JudgePair(_Strict):
+    """One output to judge on the device: the reference's kept output `ref_index`, the candidate's
+    exported one (`node`: its handle and offset, as the candidate sent them)."""
+
+    ref_index: int
+    node: dict[str, Any]
+    dtype: str
+    shape: list[int]
+    nbytes: int
+
+
+class JudgeCommand(_Strict):
+    """Reference only: compare a kept trial's outputs (`token`) with a candidate's exported ones, on the
+    device, by the tolerance given; `release`: then let the trial go (unless kept for later solutions)."""
+
+    op: Literal["judge"] = "judge"
+    token: int
+    pairs: list[JudgePair]
+    atol: float
+    rtol: float
+    rel_l2: float
+    release: bool = True
+
+
+class ReleaseCommand(_Strict):
+    """Reference only: let a kept trial go that will not be judged (its candidate failed first)."""
+
+    op: Literal["release"] = "release"
+    token: int
 
 
 class TimeCommand(_Strict):
@@ -119,7 +154,7 @@ class ExitCommand(_Strict):
     op: Literal["exit"] = "exit"
 
 
-Command = Annotated[Union[BuildCommand, TrialsCommand, TimeCommand, LintCommand, QuietCommand, ProfilerCommand,
+Command = Annotated[Union[BuildCommand, TrialsCommand, JudgeCommand, ReleaseCommand, TimeCommand, LintCommand, QuietCommand, ProfilerCommand,
                           KernelsCommand, ExitCommand], Field(discriminator="op")]
 COMMAND = TypeAdapter(Command)
 
@@ -169,6 +204,29 @@ class TrialsReply(Reply):
     work_rss_bytes: Optional[int] = None
     gpu_peak_bytes: Optional[int] = None
     inputs_bytes: Optional[int] = None  # the largest trial's inputs
+    # a reference's outputs kept on the device (TrialsCommand.share): the trial's token for a
+    # JudgeCommand, their bytes, and whether they stay for the problem's later solutions
+    kept: Optional[int] = None
+    kept_bytes: int = 0
+    persisted: bool = False
+
+
+class LeafJudgement(_Strict):
+    ok: bool
+    reason: Optional[str] = None
+    stats: dict[str, float] = Field(default_factory=dict)
+
+
+class JudgeReply(Reply):
+    op: Literal["judge"] = "judge"
+    results: list[LeafJudgement] = Field(default_factory=list)  # per pair, in order
+    refused: Optional[str] = None  # a candidate's node that does not describe memory it exported
+    unmapped: Optional[str] = None  # a handle the driver would not open: judged from bytes instead
+    gone: bool = False  # the trial is no longer kept (more evaluations of the problem in flight than kept)
+
+
+class ReleaseReply(Reply):
+    op: Literal["release"] = "release"
 
 
 class TimeReply(Reply):
@@ -219,11 +277,11 @@ class KernelsReply(Reply):
     profile_s: Optional[float] = None
 
 
-AnyReply = Annotated[Union[LoadReply, StandbyReply, PrimeReply, BuildReply, TrialsReply, TimeReply, LintReply,
+AnyReply = Annotated[Union[LoadReply, StandbyReply, PrimeReply, BuildReply, TrialsReply, JudgeReply, ReleaseReply, TimeReply, LintReply,
                            QuietReply, ProfilerReply, KernelsReply], Field(discriminator="op")]
 REPLY = TypeAdapter(AnyReply)
 REPLY_FOR = {cls.model_fields["op"].default: cls for cls in (LoadReply, StandbyReply, PrimeReply, BuildReply,
-                                                            TrialsReply, TimeReply, LintReply, QuietReply,
+                                                            TrialsReply, JudgeReply, ReleaseReply, TimeReply, LintReply, QuietReply,
                                                             ProfilerReply, KernelsReply)}
 
 

@@ -59,7 +59,7 @@ class EnvInfo(BaseModel):
 
 
 class TrialCheck(BaseModel):
-    """One correctness trial as judged by the parent."""
+    """One correctness trial as judged (stages/check.py)."""
 
     seed_index: int
     shape: str = "default"
@@ -68,6 +68,9 @@ class TrialCheck(BaseModel):
     max_rel_diff: Optional[float] = None
     rel_l2_diff: Optional[float] = None
     reason: Optional[str] = None
+    # where its output values were compared: "device" (in the reference's process, on the GPU) or
+    # "parent" (on the host); with why, where a GPU trial could not be judged on the device
+    judged_on: Optional[str] = None
 
 
 class PhaseTimes(BaseModel):

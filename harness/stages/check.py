@@ -1,6 +1,7 @@
 """Stage 4: correctness. Trial by trial, on fresh inputs from secret seeds: the reference's outputs
-(in its own process, or from a batch's shared session), then the candidate's, judged in the parent
-(correctness.py) and let go before the next trial. The parent holds one trial of each side at a
+(in its own process, or from a batch's shared session), then the candidate's, judged (correctness.py)
+and let go before the next trial: a GPU problem's outputs on the device, in the reference's process
+(the candidate's read through CUDA IPC: cuda_ipc.py), the rest in the parent. The parent holds one trial of each side at a
 time, never all of them: a KernelBench output is up to gigabytes. Also the re-check of a speedup
 past the ceiling.
 
@@ -29,8 +30,6 @@ class Checked:
 
 
 def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Checked:
-    from ..correctness import judge_trial  # torch: imported once judging is near
-
     cfg, gate, res, phases = ctx.cfg, ctx.gate, ctx.res, ctx.phases
     t0 = ctx.clock()
     phases.trials_s = phases.reference_s = 0.0
@@ -40,9 +39,10 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     res.env = ref.env
     phases.reference_s += ctx.clock() - t1
     custom_calls, grow_wait = 0, 0.0
-    for i, (seed, shape_name) in enumerate(zip(ref.plan.seeds, ref.plan.shape_names)):
+    for i in range(len(ref.plan.seeds)):
         r, allowed = reference_trial(ctx, ref, i)
         if i == 0 and ctx.hold is not None and ref.need is not None:
+            ctx.hold.track(ref.worker.pid if ref.worker else None, cand.first.pid if cand.first else None)
             w0 = ctx.hold.waited_s
             try:
                 ctx.hold.grow(ref.need)
@@ -51,22 +51,21 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
             finally:
                 grow_wait = ctx.hold.waited_s - w0  # memory_wait_s (batch/executor.py), in no phase
         t1 = ctx.clock()
-        shape = ref.plan.shapes[i] if i < len(ref.plan.shapes) else {}
-        with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
-            phase.add(cand.first)
-            reply, _ = ask(cand.first, TrialsCommand(seeds=[seed], shapes=[shape] if shape else []),
-                           cfg.timeouts.run_s, "correctness trials", max_bytes=allowed)
+        try:
+            c = candidate_answer(ctx, cand, ref, i, allowed, share=r.remote)
+        except BaseException:
+            ref.release(r)  # kept on the device for a judging that will not come
+            raise
         phases.trials_s += ctx.clock() - t1
-        c = candidate_trial(reply, Status.runtime_error)
         if i == 0:
             # calls into its extensions, until (on a GPU) the kernel list, after timing, decides
-            custom_calls = reply.custom_calls or 0
+            custom_calls = c.custom_calls or 0
             if not custom_calls:
                 ctx.flag("no_custom_kernel")
         if c.inputs_after is not None and r.inputs_after is None:
+            ref.release(r)
             r, _ = reference_trial(ctx, ref, i, with_inputs=True)  # its yardstick for changed inputs
-        with gate.shared():  # a timed neighbour must not share the host with the judging
-            v = judge_trial(i, shape_name, c, r, ctx.tol)
+        v = judge(ctx, cand, ref, i, c, r)
         del c, r
         res.trials.append(v.check)
         ctx.flag(*v.flags)
@@ -99,6 +98,73 @@ def reference_trial(ctx: Context, ref: ReferenceSession, i: int, with_inputs: bo
         ctx.phases.reference_s += ctx.clock() - t1
 
 
+def candidate_answer(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, allowed: int,
+                     share: bool, seeds: Optional[list[int]] = None, what: str = "correctness trials",
+                     wrong_count: Status = Status.runtime_error):
+    """The candidate's trial `i` (of the plan, or of `seeds`), its device outputs exported where
+    `share` (judged on the device), as TrialData with `custom_calls` (its first trial's count)."""
+    seed = (seeds or ref.plan.seeds)[i]
+    shape = ref.plan.shapes[i] if i < len(ref.plan.shapes) else {}
+    with ctx.gate.stoppable(ctx.cfg.batch.slow_phase_frees_lane_s) as phase:
+        phase.add(cand.first)
+        reply, _ = ask(cand.first, TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], share=share),
+                       ctx.cfg.timeouts.run_s, what, max_bytes=allowed)
+    c = candidate_trial(reply, wrong_count)
+    c.custom_calls = reply.custom_calls
+    return c
+
+
+def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, c, r,
+          seeds: Optional[list[int]] = None, what: str = "correctness trials"):
+    """One trial judged (correctness.judge_trial): outputs that stayed on the device in the
+    reference's process (ReferenceSession.judge), the rest in the parent. Where the device could not
+    judge (the candidate sent bytes it could not export, or the reference failed at it), the trial is
+    asked of both again as bytes and judged in the parent; a candidate's handle that does not describe
+    memory it exported is a forged report."""
+    from ..correctness import NeedBytes, judge_trial
+    from ..cuda_ipc import Refused
+    from ..reference import JudgeFailed
+    name = ref.plan.shape_names[i] if i < len(ref.plan.shape_names) else "default"
+    if r.remote:
+        def remote(pairs):
+            with ctx.gate.stoppable() as phase:
+                return ref.judge(r, pairs, ctx.tol, on_worker=phase.add)
+        try:
+            v = judge_trial(i, name, c, r, ctx.tol, remote=remote)
+            v.check.judged_on = "device"
+            return v
+        except Refused as e:
+            raise Failure(Status.rejected, f"trial {i}: {e}", ["malformed_report"]) from None
+        except (NeedBytes, JudgeFailed) as e:
+            why = str(e) or "the candidate sent an output's bytes"
+            ref.release(r)
+            with_inputs = r.inputs_after is not None
+            r, allowed = reference_trial(ctx, ref, i, with_inputs=with_inputs, seeds=seeds, share=False)
+            if c.remote:
+                c = candidate_answer(ctx, cand, ref, i, allowed, share=False, seeds=seeds, what=what,
+                                     wrong_count=Status.rejected)
+    else:
+        why = None
+    with ctx.gate.shared():  # a timed neighbour must not share the host with the judging
+        v = judge_trial(i, name, c, r, ctx.tol)
+    v.check.judged_on = "parent" + (f" ({why[:200]})" if why else "")
+    return v
+
+
+def reference_trial(ctx: Context, ref: ReferenceSession, i: int, with_inputs: bool = False,
+                    seeds: Optional[list[int]] = None, share: Optional[bool] = None):
+    """The reference's trial `i` and what the candidate's may take (reference.frame_allowance); a reference too big for the machine ends the
+    evaluation with `too_big` (any other failure of the reference is the problem's: ReferenceError)."""
+    t1 = ctx.clock()
+    try:
+        with ctx.gate.stoppable() as phase:
+            return ref.trial(i, with_inputs=with_inputs, seeds=seeds, on_worker=phase.add, share=share)
+    except ReferenceTooBig as e:
+        raise Failure(Status.too_big, str(e)) from None
+    finally:
+        ctx.phases.reference_s += ctx.clock() - t1
+
+
 def candidate_trial(reply, wrong_count: Status):
     """The candidate's one trial output as plain tensors; a payload that is not plain tensors, or not
     exactly one, is a forged or corrupted report."""
@@ -116,27 +182,27 @@ def candidate_trial(reply, wrong_count: Status):
 def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> None:
     """A speedup past the ceiling is re-checked on new inputs (and the extra shapes) before it is
     reported, and flagged either way."""
-    from ..correctness import judge_trial
-    cfg, res = ctx.cfg, ctx.res
+    res = ctx.res
     res.flags.append("excessive_speedup")
     rng = random.Random(secrets.randbits(64))
     seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]
-    with ctx.gate.shared():
-        for i, seed in enumerate(seeds):
-            try:
-                r, allowed = ref.trial(i, seeds=seeds)
-            except ReferenceTooBig as e:
-                raise Failure(Status.too_big, str(e)) from None
-            shape = ref.plan.shapes[i] if i < len(ref.plan.shapes) else {}
-            reply, _ = ask(cand.first, TrialsCommand(seeds=[seed], shapes=[shape] if shape else []),
-                           cfg.timeouts.run_s, "re-check of an excessive speedup",
-                           max_bytes=allowed)
+    what = "re-check of an excessive speedup"
+    for i in range(len(seeds)):
+        r, allowed = reference_trial(ctx, ref, i, seeds=seeds)
+        try:
             # the candidate answered once already: a different count now is a forged report
-            c = candidate_trial(reply, Status.rejected)
-            if c.inputs_after is not None and r.inputs_after is None:
-                r, _ = ref.trial(i, with_inputs=True, seeds=seeds)
-            v = judge_trial(i, ref.plan.shape_names[i], c, r, ctx.tol)
-            if not v.check.ok:
-                raise Failure(Status.incorrect,
-                              f"re-check after a {res.speedup:.1f}x speedup failed: {v.check.reason}",
-                              ["excessive_speedup"])
+            c = candidate_answer(ctx, cand, ref, i, allowed, share=r.remote, seeds=seeds, what=what,
+                                 wrong_count=Status.rejected)
+        except BaseException:
+            ref.release(r)
+            raise
+        if c.inputs_after is not None and r.inputs_after is None:
+            ref.release(r)
+            r, _ = reference_trial(ctx, ref, i, with_inputs=True, seeds=seeds)
+        v = judge(ctx, cand, ref, i, c, r, seeds=seeds, what=what)
+        if v.rejected:
+            raise Failure(Status.rejected, v.check.reason, v.flags)
+        if not v.check.ok:
+            raise Failure(Status.incorrect,
+                          f"re-check after a {res.speedup:.1f}x speedup failed: {v.check.reason}",
+                          ["excessive_speedup"])
