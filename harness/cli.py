@@ -26,6 +26,13 @@ def _config(config_path: Optional[str], **overrides):
         raise click.BadParameter(why, param_hint=f"--config {config_path}" if config_path else "an option") from None
 
 
+def _sandbox_or_refuse(cfg) -> None:
+    from .sandbox import available
+    why = available((cfg.cache_dir,))
+    if cfg.hardening.sandbox == "on" and why is not None:
+        raise click.ClickException(f"the sandbox is required and unavailable here: {why}")
+
+
 # set by entry(), the `harness` command itself (tests invoke `main` in their own process)
 _exit_fast = False
 
@@ -54,14 +61,18 @@ def main() -> None:
 @click.option("--dtype", type=click.Choice(["auto", "fp32", "fp16", "bf16"]), default=None)
 @click.option("--trials", type=int, default=None, help="Correctness trials (fresh inputs each).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--require-sandbox", is_flag=True,
+              help="Refuse to run unless solution code runs as a uid of its own ([hardening] sandbox = \"on\").")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON record on stdout.")
-def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, config_path, as_json):
+def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, config_path, require_sandbox, as_json):
     """Evaluate one SOLUTION (.py with ModelNew, or a raw .md/.txt response) on one problem."""
     from .evaluation import evaluate
     from .problems import find_problem
     from .report import print_result
 
-    cfg = _config(config_path, device=device, size=size, dtype=dtype, **{"correctness.trials": trials})
+    cfg = _config(config_path, device=device, size=size, dtype=dtype, **{"correctness.trials": trials},
+                  **{"hardening.sandbox": "on" if require_sandbox else None})
+    _sandbox_or_refuse(cfg)
     try:
         prob = find_problem(problem, list(problems_dir) or None)
     except LookupError as e:
@@ -184,10 +195,12 @@ def problems_check(names, problems_dir, device, size, config_path, jobs, as_json
               help="Parallel builds (default: one per core; builds run at idle priority).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
+@click.option("--require-sandbox", is_flag=True,
+              help="Refuse to run unless solution code runs as a uid of its own ([hardening] sandbox = \"on\").")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON on stdout.")
 @click.option("--verbose", "-v", is_flag=True, help="A line on stderr per finished solution.")
 def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_workers, config_path, device,
-              as_json, verbose):
+              require_sandbox, as_json, verbose):
     """Evaluate every solution under PATH... (files or folders of .py/.md/.txt): builds on all cores,
     evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
     import os
@@ -197,7 +210,8 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
 
     if resume and not out:
         raise click.UsageError("--resume needs --out RUN")
-    cfg = _config(config_path, device=device)
+    cfg = _config(config_path, device=device, **{"hardening.sandbox": "on" if require_sandbox else None})
+    _sandbox_or_refuse(cfg)
     try:
         summary = run_batch(list(paths), cfg, problem=problem, problem_roots=list(problems_dir) or None, out=out,
                             resume=resume, label=label, gpus=gpus, compile_workers=compile_workers,

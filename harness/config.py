@@ -109,6 +109,7 @@ class Timing(_Section):
 class Hardening(_Section):
     max_speedup: float = Field(50.0, gt=0)
     protect_parent: bool = True
+    sandbox: Literal["auto", "on", "off"] = "auto"
     gap_abs_ms: float = 0.02
     gap_rel: float = 0.25
     wall_abs_ms: float = 0.05
@@ -152,9 +153,10 @@ class Config(_Section):
 
     def digest(self) -> str:
         """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run,
-        nor where outputs are judged: the same code judges them wherever they are)."""
+        nor where outputs are judged: the same code judges them wherever they are, nor the sandbox,
+        which every record lists in `protections`)."""
         d = self.model_dump(exclude={"cache_dir": True, "timeouts": True, "batch": True, "memory": True,
-                                     "correctness": {"judge"}})
+                                     "correctness": {"judge"}, "hardening": {"sandbox"}})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -67,6 +67,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.size = reference.size if reference else resolve_size(cfg, ctx.device)
     ctx.dtype = None if cfg.dtype == "auto" else cfg.dtype
     ctx.res.device = ctx.device
+    from .sandbox import protections, wanted
+    ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
+    ctx.res.protections = protections(ctx.jailed)
     ref = reference or ReferenceSession(prob, cfg, ctx.device, ctx.size, ctx.dtype, env_extra=env_extra)
     ctx.tol = tolerance_for(cfg, ctx.dtype, ref.meta)
     ctx.hold = hold or Admission(cfg.memory.host_gb, cfg.memory.gpu_gb).hold()

@@ -151,6 +151,9 @@ def run_compile(setup: Setup, rep_fd: int) -> None:
         return
     try:
         from ..problems import import_file
+        if setup.jail is not None:  # the solution's uid from its first line on (sandbox.py)
+            from ..sandbox import enter
+            enter(setup.jail)
         import_file(path, "solution_module")
     except BaseException as e:  # noqa: BLE001 - anything the module raises is the solution's
         category = failure.get("category", "import_error")

@@ -52,6 +52,9 @@ class Runner:
             self._poison()
             t2 = time.perf_counter()
             _count_extension_calls(self.ext_calls)
+            if setup.jail is not None:  # from here on, the solution's uid: its first line runs next
+                from ..sandbox import enter
+                enter(setup.jail)
             sol = import_file(setup.solution_path, "solution_module")
             self.cls = getattr(sol, "ModelNew", None)
             self.steps.update(pin_s=f"{t1 - t0:.3f}", poison_s=f"{t2 - t1:.3f}",

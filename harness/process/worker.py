@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from pydantic import ValidationError
 
@@ -94,6 +94,7 @@ class Worker:
         `forkserver` (a standby only, `env` the server's own): forked from there when it can, else
         started fresh."""
         cmd_r, self._cmd_w, self._rep_r, rep_w, out_r, out_w = make_pipes()
+        self.on_close: list[Callable[[], Any]] = []  # run once close() has ended the process
         self.standby = setup is None
         proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout) if forkserver and self.standby else None
         self.forked = proc is not None
@@ -325,6 +326,11 @@ class Worker:
             except OSError:
                 pass
         self._tail.join(timeout=2.0)
+        while self.on_close:  # what outlives the process: its jail's home (sandbox.py)
+            try:
+                self.on_close.pop(0)()
+            except Exception:  # noqa: BLE001
+                pass
 
     @property
     def pid(self) -> int:

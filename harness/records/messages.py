@@ -29,6 +29,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Jail(_Strict):
+    """Where a process that runs solution code is held (sandbox.py): its own uid, its solution's
+    group, its home, and the copy of the solution it imports."""
+
+    uid: int
+    gid: int
+    home: str
+    solution_path: Optional[str] = None
+
+
 class Setup(_Strict):
     """The first line a child reads: its role and what it runs."""
 
@@ -44,6 +54,7 @@ class Setup(_Strict):
     poison_max_bytes: Optional[int] = None
     # environment a standby could not start with (process.standby.LATE_ENV), set before the role runs
     env: dict[str, str] = Field(default_factory=dict)
+    jail: Optional[Jail] = None  # entered before the solution's first line runs (sandbox.enter)
 
 
 class Prime(_Strict):

@@ -124,6 +124,8 @@ class EvalResult(BaseModel):
     max_rel_diff: Optional[float] = None
     rel_l2_diff: Optional[float] = None
     trials: list[TrialCheck] = Field(default_factory=list)
+    # what held the solution's code (sandbox.protections): "own_uid" where it ran as a uid of its own
+    protections: list[str] = Field(default_factory=list)
     error: Optional[str] = None
     log_tail: Optional[str] = None
     env: Optional[EnvInfo] = None

@@ -35,7 +35,8 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
     if prebuilt is not None:
         creply, failure, log = prebuilt
     elif builds_extensions(sol.code):
-        creply, failure, log = compile_solution(module, ext, ctx.device, cfg.timeouts.compile_s, ctx.env_extra)
+        creply, failure, log = compile_solution(module, ext, ctx.device, cfg.timeouts.compile_s, ctx.env_extra,
+                                                  jailed=ctx.jailed)
     else:  # nothing to build: parse here (no execution); the candidate's import reports the rest
         creply, failure, log = parse_only(sol.code, str(module)), None, ""
     ctx.phases.compile_s = time.perf_counter() - t0

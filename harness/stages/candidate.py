@@ -24,7 +24,7 @@ class CandidateProcesses:
     them are registered with the device slot's gate, which stops them while others are timed."""
 
     def __init__(self, ctx: Context, ref: ReferenceSession, built: Built):
-        self.ctx, self.ref = ctx, ref
+        self.ctx, self.ref, self.built = ctx, ref, built
         self.setup = ref.setup_for("candidate", str(built.module))
         self.env = child_env(built.ext_dir, ctx.device, ctx.env_extra)
         self.first: Optional[Worker] = None
@@ -37,10 +37,23 @@ class CandidateProcesses:
     def _spawn(self, phase, further: bool = False) -> Worker:
         """A candidate's process, stopped by others' timing from its start."""
         s = self.setup.model_copy(update={"poison_max_bytes": FURTHER_POISON_BYTES}) if further else self.setup
-        if self.ctx.standby:
-            return self.ctx.standby.take(s, self.env, self.ctx.cfg.timeouts.load_s, on_worker=phase.add)
-        w = Worker(s, env=self.env)
-        phase.add(w)
+        jail = None
+        if self.ctx.jailed:
+            from ..sandbox import JAILS
+            jail = JAILS.make(self.built.ext_dir, self.built.module)
+            s = s.model_copy(update={"jail": jail, "solution_path": jail.solution_path})
+        try:
+            if self.ctx.standby:
+                w = self.ctx.standby.take(s, self.env, self.ctx.cfg.timeouts.load_s, on_worker=phase.add)
+            else:
+                w = Worker(s, env=self.env)
+                phase.add(w)
+        except BaseException:
+            if jail is not None:
+                JAILS.release(jail)
+            raise
+        if jail is not None:
+            w.on_close.append(lambda: JAILS.release(jail))
         return w
 
     def start(self) -> None:

@@ -44,6 +44,7 @@ class Context:
     dtype: Optional[str] = None
     tol: Optional[Tolerance] = None
     hold: Optional[Hold] = None  # its share of the machine's memory (memory.Admission)
+    jailed: bool = False  # the solution's processes run as uids of their own (sandbox.py)
 
     @classmethod
     def open(cls, cfg: Config, gate: DeviceGate, problem: Problem, solution: str, label: Optional[str],

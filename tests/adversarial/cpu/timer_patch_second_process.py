@@ -1,12 +1,13 @@
 # expect: status=rejected flags=timer_mismatch,no_custom_kernel
 # problem: tests/problems/relu_add.py
-# config: timing.processes_when=always timing.processes=2 timing.processes_max=2 timing.processes_budget_s=0
+# config: timing.processes_when=always timing.processes=2 timing.processes_max=2 timing.processes_budget_s=0 hardening.sandbox=off
 # Honest in the first process it is loaded in, which runs the trials and the first timing; in every
 # later process (a side timed in several, timing.processes_for) it hides its 3 ms a call from the
 # timing loop. Checked as one pool, the first process's honest rounds would vouch for the host
 # clocks of all, and half the pooled calls would read 1000x faster: each process pair is checked on
 # its own. The marker is a file named for the evaluating process, which all candidate processes share
-# (the path is spelled out of the static checks' sight).
+# (the path is spelled out of the static checks' sight). Without the sandbox: its private homes end
+# this coordination by themselves, and what is tested here is the clock check.
 import os
 import tempfile
 import time as _t

@@ -1,0 +1,98 @@
+"""harness/sandbox.py: solution code runs as a uid of its own. Each attack here succeeds as the
+harness's uid (sandbox off: the false verdict it aims at) and fails as a uid of its own (sandbox on:
+the verdict its wrong outputs earn), on a copy of the problem and a build cache every uid can reach.
+Skipped where the sandbox is unavailable (not root, or the Python installation closed to others)."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, make_config
+
+from harness.sandbox import available
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")
+ATTACKS = ROOT / "tests" / "adversarial" / "sandbox"
+
+
+@pytest.fixture
+def open_dir():
+    """A folder other uids may pass through (pytest's tmp_path is closed: 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _evaluate(solution: Path, problem: Path, cache: Path, sandbox: str):
+    from harness.evaluation import evaluate
+    cfg = make_config(**{"cache_dir": str(cache), "hardening.sandbox": sandbox, "device": "cpu"})
+    return evaluate(solution, problem, cfg)
+
+
+def _problem_copy(d: Path) -> Path:
+    p = d / "problem" / "relu_add.py"
+    p.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "problems" / "relu_add.py", p)
+    return p
+
+
+def test_a_solution_cannot_rewrite_what_the_judge_reads(open_dir, monkeypatch):
+    off, on = open_dir / "off", open_dir / "on"
+    for d in (off, on):
+        d.mkdir()
+    prob = _problem_copy(off)
+    monkeypatch.setenv("ATTACK_PROBLEM_COPY", str(prob))
+    r = _evaluate(ATTACKS / "rewrite_problem.py", prob, off / "cache", "off")
+    assert r.status.value == "passed" and "own_uid" not in r.protections  # the attack works unjailed
+    assert "zeros_like" in prob.read_text()
+
+    prob = _problem_copy(on)
+    monkeypatch.setenv("ATTACK_PROBLEM_COPY", str(prob))
+    r = _evaluate(ATTACKS / "rewrite_problem.py", prob, on / "cache", "on")
+    assert "own_uid" in r.protections
+    assert r.status.value == "incorrect", (r.error, r.log_tail)
+    assert "zeros_like" not in prob.read_text()
+
+
+def test_a_solution_cannot_signal_the_harnesss_processes(open_dir):
+    from harness.reference import ReferenceError
+    prob = _problem_copy(open_dir)
+    try:
+        r = _evaluate(ATTACKS / "kill_reference.py", prob, open_dir / "cache", "off")
+        escaped = r.status.value != "incorrect"
+    except ReferenceError:
+        escaped = True
+    assert escaped  # unjailed, the reference dies and the wrong outputs are never judged
+    r = _evaluate(ATTACKS / "kill_reference.py", prob, open_dir / "cache", "on")
+    assert "own_uid" in r.protections
+    assert r.status.value == "incorrect", (r.error, r.log_tail)
+
+
+def test_a_jailed_build_and_candidate_pass_and_leave_nothing_behind(open_dir):
+    """An honest C++ solution, built and run jailed: passed; its build folder belongs to root and its
+    solution's group, writable by no one else; the jails' homes are gone after the evaluation."""
+    from harness.sandbox import JAILS, solution_gid
+    prob = _problem_copy(open_dir)
+    r = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_cpp.py", prob, open_dir / "cache", "on")
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert "own_uid" in r.protections
+    ext = next((open_dir / "cache" / "ext").iterdir())
+    for root, dirs, files in os.walk(ext):
+        for name in [root, *(os.path.join(root, f) for f in files)]:
+            st = os.stat(name)
+            assert st.st_uid == 0 and st.st_gid == solution_gid(ext), name
+            assert not st.st_mode & stat.S_IWOTH, name
+    assert JAILS._base is None or not any(JAILS._base.iterdir())
+
+
+def test_required_where_unavailable_refuses_to_run(monkeypatch):
+    import harness.sandbox as sb
+    monkeypatch.setattr(sb, "available", lambda reach=(): "not root")
+    with pytest.raises(sb.SandboxUnavailable):
+        sb.wanted("on", "cpu", "/tmp")
+    assert sb.wanted("auto", "cpu", "/tmp") is False
