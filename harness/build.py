@@ -13,6 +13,8 @@ import functools
 import hashlib
 import json
 import os
+import secrets
+import stat
 import sys
 import time
 from pathlib import Path
@@ -104,10 +106,23 @@ def _deterministic(reply: CompileReply) -> bool:
             and not any(t in text for t in _TRANSIENT))
 
 
+def _read_own(path: Path) -> str:
+    """A file the parent wrote in a folder a jailed build may write (sandbox.py): never through a
+    link it planted, never blocking on a FIFO it made."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "r", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
     """(reply, log) of the compiler's rejection of this very source, if it was built before."""
     try:
-        data = json.loads((ext_dir / FAILED_BUILD).read_text())
+        data = json.loads(_read_own(ext_dir / FAILED_BUILD))
         return CompileReply.model_validate(data["reply"]).model_copy(update={"seconds": 0.0}), data["log"]
     except (ValueError, KeyError, OSError):
         return None  # never failed, or unreadable: build (again)
@@ -115,8 +130,12 @@ def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
 
 def _write_marker(path: Path, data: dict) -> None:
     """Whole or not at all: a concurrent build of the same source reads the old marker or the new."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    # a fresh name, created (never opened through a link: the folder may be a jailed build's to
+    # write, which could plant one at a predictable name for root to follow), then renamed over
+    tmp = path.with_suffix(f".{os.getpid()}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -132,9 +151,18 @@ BUILT = "built.json"
 def _artifacts(ext_dir: Path) -> dict[str, str]:
     """sha256 of every shared library under the build directory, by relative path."""
     out = {}
-    for so in sorted(ext_dir.rglob("*.so")):
+    found = [Path(root) / f for root, _, files in os.walk(ext_dir) for f in files if f.endswith(".so")]
+    for so in sorted(found):  # (os.walk does not follow links to folders)
         h = hashlib.sha256()
-        with open(so, "rb") as fh:
+        try:  # regular files only, never through a link or into a FIFO a jailed build left
+            fd = os.open(so, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            out[str(so.relative_to(ext_dir))] = "unreadable"
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                out[str(so.relative_to(ext_dir))] = "not a file"
+                continue
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         out[str(so.relative_to(ext_dir))] = h.hexdigest()
@@ -145,7 +173,7 @@ def remembered_build(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
     """(reply, log) of this source's earlier successful build, if the libraries it left are still
     there unchanged; None when it never built, or anything was rebuilt, removed or replaced since."""
     try:
-        data = json.loads((ext_dir / BUILT).read_text())
+        data = json.loads(_read_own(ext_dir / BUILT))
         reply = CompileReply.model_validate(data["reply"])
         if not reply.ok or data["artifacts"] != _artifacts(ext_dir):
             return None
@@ -185,7 +213,8 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
                   jail=jail)
     w = Worker(setup, env=child_env(ext_dir, device, extra_env), cpus=cpus)
     if jail is not None:
-        w.on_close.append(lambda: (open_to(ext_dir, jail.gid), JAILS.release(jail)))
+        # its processes (a daemon too) gone first, then the folder it wrote made its solution's group's
+        w.on_close.append(lambda: (JAILS.release(jail), open_to(ext_dir, jail.gid)))
     if idle:
         _background(w.proc.pid)
     if lender is not None:

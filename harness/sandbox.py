@@ -22,6 +22,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -98,17 +99,48 @@ def solution_gid(ext_dir: Path) -> int:
 
 def open_to(ext_dir: Path, gid: int) -> None:
     """The extension directory writable by the solution's group (the build writes it, load_inline
-    takes its lock there), each file in it only readable: by root's hand, for that solution only."""
-    for root, dirs, files in os.walk(ext_dir):
-        os.chown(root, 0, gid)
-        os.chmod(root, 0o2775)
+    takes its lock there), by root's hand, for that solution only. Through file descriptors, never
+    a path: the folder is the solution's to rearrange while this runs, and a link swapped in for a
+    file or a folder must not turn root's chown on a file of root's choosing."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _, _, files, dir_fd in os.fwalk(ext_dir, follow_symlinks=False):  # (checks each folder it enters)
+        os.fchown(dir_fd, 0, gid)
+        os.fchmod(dir_fd, 0o2775)
         for f in files:
-            p = os.path.join(root, f)
-            if not os.path.islink(p):
-                os.chown(p, 0, gid)
-                # group-writable: ninja appends its log, torch rewrites a changed source; only the
-                # solution's own processes are in the group
-                os.chmod(p, (os.stat(p).st_mode & 0o775) | 0o664)
+            try:
+                fd = os.open(f, flags, dir_fd=dir_fd)
+            except OSError:  # a link (ELOOP), or gone
+                continue
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode):
+                    os.fchown(fd, 0, gid)
+                    # group-writable: ninja appends its log, torch rewrites a changed source; only
+                    # the solution's own processes are in the group
+                    os.fchmod(fd, (st.st_mode & 0o775) | 0o664)
+            finally:
+                os.close(fd)
+
+
+def kill_all(uid: int) -> None:
+    """Every process of `uid` killed: what a jailed process started in a session of its own (a
+    daemon past the process-group kill) dies with its jail. As that uid, kill(-1) reaches exactly
+    the processes it owns."""
+    import signal
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(3):  # again, for one forked while the first signal went out
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
 
 
 class Jails:
@@ -155,6 +187,7 @@ class Jails:
         return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None)
 
     def release(self, jail: Jail) -> None:
+        kill_all(jail.uid)
         shutil.rmtree(jail.home, ignore_errors=True)
         with self._lock:
             self._live.discard(jail.uid)

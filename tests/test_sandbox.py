@@ -96,3 +96,68 @@ def test_required_where_unavailable_refuses_to_run(monkeypatch):
     with pytest.raises(sb.SandboxUnavailable):
         sb.wanted("on", "cpu", "/tmp")
     assert sb.wanted("auto", "cpu", "/tmp") is False
+
+
+def test_root_never_follows_what_a_jailed_build_left_in_its_folder(open_dir):
+    """A jailed build may write its solution's folder, where root later writes markers, hashes the
+    libraries and hands the folder to the group: a link planted there (to a file or a folder of
+    root's) is never followed, a FIFO named like a library never blocks the parent (found by a
+    helper's attack: root overwrote a root-only file through a planted link, and hung on a FIFO)."""
+    import threading
+
+    from harness.build import _artifacts, _write_marker, remembered_build
+    from harness.sandbox import open_to
+    victim_dir = open_dir / "victim"
+    victim_dir.mkdir(mode=0o755)
+    victim = victim_dir / "secret"
+    victim.write_text("ORIGINAL")
+    os.chmod(victim, 0o600)
+    ext = open_dir / "ext"
+    (ext / "mod").mkdir(parents=True)
+    (ext / "mod" / "mod.so").write_bytes(b"\x7fELF")
+    os.symlink(victim, ext / "built.json")
+    os.symlink(victim, ext / "mod" / "source.cpp")
+    os.symlink(victim_dir, ext / "linked_dir")
+    os.mkfifo(ext / "mod" / "fifo.so")
+
+    open_to(ext, 4242)
+    st = os.stat(victim)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
+    st = os.stat(victim_dir)
+    assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+    assert os.stat(ext / "mod" / "mod.so").st_gid == 4242
+
+    assert remembered_build(ext) is None  # its marker is a link: not read through it
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("a", _artifacts(ext)), daemon=True)
+    t.start()
+    t.join(5)
+    assert box["a"]["mod/fifo.so"] == "not a file" and len(box["a"]["mod/mod.so"]) == 64
+    os.symlink(victim, ext / f"built.{os.getpid()}.tmp")  # where the marker's temporary file once went
+    _write_marker(ext / "built.json", {"x": 1})
+    assert victim.read_text() == "ORIGINAL" and not (ext / "built.json").is_symlink()
+
+
+def test_a_jailed_process_in_a_session_of_its_own_dies_with_its_jail():
+    """A daemon (fork, setsid) escapes the process-group kill; releasing the jail kills every process
+    of its uid (found by a helper's attack: one outlived its evaluation by a minute)."""
+    import subprocess
+    import time
+
+    from harness.sandbox import JAILS
+    jail = JAILS.make(None, None)
+
+    def drop():
+        os.setgroups([])
+        os.setresgid(jail.gid, jail.gid, jail.gid)
+        os.setresuid(jail.uid, jail.uid, jail.uid)
+
+    p = subprocess.Popen(["sleep", "300"], preexec_fn=drop, start_new_session=True)
+    try:
+        time.sleep(0.2)
+        assert p.poll() is None
+        JAILS.release(jail)
+        assert p.wait(5) == -9
+        assert not os.path.exists(jail.home)
+    finally:
+        p.kill()
