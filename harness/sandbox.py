@@ -105,7 +105,7 @@ def open_to(ext_dir: Path, gid: int) -> None:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     for _, _, files, dir_fd in os.fwalk(ext_dir, follow_symlinks=False):  # (checks each folder it enters)
         os.fchown(dir_fd, 0, gid)
-        os.fchmod(dir_fd, 0o2775)
+        os.fchmod(dir_fd, 0o2770)  # closed to other solutions: their builds and sources are their own
         for f in files:
             try:
                 fd = os.open(f, flags, dir_fd=dir_fd)
@@ -117,7 +117,7 @@ def open_to(ext_dir: Path, gid: int) -> None:
                     os.fchown(fd, 0, gid)
                     # group-writable: ninja appends its log, torch rewrites a changed source; only
                     # the solution's own processes are in the group
-                    os.fchmod(fd, (st.st_mode & 0o775) | 0o664)
+                    os.fchmod(fd, (st.st_mode & 0o770) | 0o660)
             finally:
                 os.close(fd)
 
