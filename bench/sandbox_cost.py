@@ -1,0 +1,67 @@
+"""What the sandbox costs (harness/sandbox.py): the parent's work per jailed process (a uid, a home,
+the solution copied, its build folder handed to its group; then every process of the uid killed and
+the home removed), and whole evaluations jailed against unjailed on a warm build cache.
+
+    python bench/sandbox_cost.py [--runs 3] [--solution tests/fixtures/cpu/honest_cpp.py]
+
+Needs root (the sandbox's own condition); prints a table, writes nothing."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--solution", default=str(ROOT / "tests/fixtures/cpu/honest_cpp.py"))
+    ap.add_argument("--problem", default=str(ROOT / "tests/problems/relu_add.py"))
+    a = ap.parse_args()
+    from harness.config import load_config
+    from harness.evaluation import evaluate
+    from harness.sandbox import JAILS, available
+    why = available()
+    if why:
+        print(f"no sandbox here: {why}")
+        return 1
+    cache = Path(tempfile.mkdtemp(prefix="sandbox-cost-"))
+    os.chmod(cache, 0o755)
+    cfg = {m: load_config(None, {"cache_dir": str(cache), "device": "cpu", "hardening.sandbox": m}) for m in ("on", "off")}
+    first = evaluate(a.solution, a.problem, cfg["on"])  # builds (jailed) and warms the cache
+    print(f"warm-up: {first.status.value}, protections {first.protections}")
+    ext = next((cache / "ext").iterdir())
+    per = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        jail = JAILS.make(ext, Path(a.solution))
+        t1 = time.perf_counter()
+        JAILS.release(jail)
+        per.append((t1 - t0, time.perf_counter() - t1))
+    rows = {"on": [], "off": []}
+    for _ in range(a.runs):
+        for mode in ("off", "on"):
+            t0 = time.perf_counter()
+            r = evaluate(a.solution, a.problem, cfg[mode])
+            rows[mode].append((time.perf_counter() - t0, r.phases.load_s, r.status.value))
+    print("| what | median | min | max |\n|---|---:|---:|---:|")
+    for name, xs in (("jail made (ms)", [p[0] * 1e3 for p in per]), ("jail released (ms)", [p[1] * 1e3 for p in per])):
+        print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
+    for mode in ("off", "on"):
+        wall = [x[0] for x in rows[mode]]
+        load = [x[1] for x in rows[mode]]
+        print(f"| evaluation, sandbox {mode} (s) | {statistics.median(wall):.2f} | {min(wall):.2f} | {max(wall):.2f} |")
+        print(f"| candidate load, sandbox {mode} (s) | {statistics.median(load):.3f} | {min(load):.3f} | {max(load):.3f} |")
+    print("statuses:", {m: [x[2] for x in rows[m]] for m in rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
