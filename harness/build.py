@@ -151,8 +151,22 @@ BUILT = "built.json"
 def _artifacts(ext_dir: Path) -> dict[str, str]:
     """sha256 of every shared library under the build directory, by relative path."""
     out = {}
-    found = [Path(root) / f for root, _, files in os.walk(ext_dir) for f in files if f.endswith(".so")]
-    for so in sorted(found):  # (os.walk does not follow links to folders)
+    found, stack = [], [(Path(ext_dir), 0)]
+    while stack:  # iterative and bounded: a solution's build can nest folders past Python's recursion
+        d, depth = stack.pop()
+        if depth > 64:
+            out["(too deep)"] = "unreadable"
+            continue
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                stack.append((Path(e.path), depth + 1))
+            elif e.name.endswith(".so"):
+                found.append(Path(e.path))
+    for so in sorted(found):
         h = hashlib.sha256()
         try:  # regular files only, never through a link or into a FIFO a jailed build left
             fd = os.open(so, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

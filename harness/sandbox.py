@@ -8,7 +8,9 @@ What a uid of its own stops, with the kernel as the judge, not checks in the sol
 
 Each process gets a fresh uid (`Jails.make`), and a home of its own (HOME, TMPDIR and the tool caches
 point there) that the parent removes when the process ends. A solution's extension directory is
-shared only with that solution's own processes, through a group derived from it (`solution_gid`):
+shared only with that solution's own processes, through a group the parent draws for it at random
+(`Jails.group`; one derived from the folder's name could be matched by grinding a source until it
+collided, which a helper's attack did in four minutes):
 torch's load_inline takes a lock file there, and the build writes it. Everything else it may only
 read. The child enters its jail (`enter`) after the harness's own start-up (imports, the CUDA context,
 the problem) and before the first line of the solution runs.
@@ -32,6 +34,7 @@ from .records.messages import Jail
 
 UID_BASE = 0xC0000000  # far above any uid a system hands out; no passwd entry is needed
 UID_SPAN = 1 << 28
+NPROC = 1024  # processes and threads a jail's uid may have (a build's compilers included)
 GID_BASE = 0x80000000
 GID_SPAN = 1 << 30
 
@@ -89,37 +92,81 @@ def wanted(setting: str, device: str, cache_dir: str) -> bool:
     return why is None and device == "cpu"
 
 
-def solution_gid(ext_dir: Path) -> int:
-    """The group a solution's processes share, and nothing else has: from its extension directory
-    (content-addressed by its source), in a space wide enough that two solutions of a run share one
-    with odds of about n^2 / 2^31."""
-    h = int(hashlib.sha256(str(Path(ext_dir).resolve()).encode()).hexdigest()[:16], 16)
-    return GID_BASE + h % GID_SPAN
+MAX_DEPTH = 64  # folders deeper than this in a solution's tree are left alone (os.walk recursed: 1,600 deep crashed the parent)
 
 
 def open_to(ext_dir: Path, gid: int) -> None:
     """The extension directory writable by the solution's group (the build writes it, load_inline
-    takes its lock there), by root's hand, for that solution only. Through file descriptors, never
-    a path: the folder is the solution's to rearrange while this runs, and a link swapped in for a
-    file or a folder must not turn root's chown on a file of root's choosing."""
+    takes its lock there), by root's hand, for that solution only; every file in it root's. Through
+    file descriptors, never a path: the folder is the solution's to rearrange while this runs, and a
+    link swapped in for a file or a folder must not turn root's chown on a file of root's choosing."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-    for _, _, files, dir_fd in os.fwalk(ext_dir, follow_symlinks=False):  # (checks each folder it enters)
-        os.fchown(dir_fd, 0, gid)
-        os.fchmod(dir_fd, 0o2770)  # closed to other solutions: their builds and sources are their own
-        for f in files:
-            try:
-                fd = os.open(f, flags, dir_fd=dir_fd)
-            except OSError:  # a link (ELOOP), or gone
-                continue
-            try:
+    try:
+        top = os.open(ext_dir, flags | os.O_DIRECTORY)
+    except OSError:
+        return
+    stack = [(top, 0)]
+    while stack:
+        dir_fd, depth = stack.pop()
+        try:
+            os.fchown(dir_fd, 0, gid)
+            os.fchmod(dir_fd, 0o2770)  # closed to other solutions: their builds and sources are their own
+            for entry in os.scandir(dir_fd):
+                try:
+                    fd = os.open(entry.name, flags, dir_fd=dir_fd)
+                except OSError:  # a link (ELOOP), or gone
+                    continue
                 st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode):
-                    os.fchown(fd, 0, gid)
-                    # group-writable: ninja appends its log, torch rewrites a changed source; only
-                    # the solution's own processes are in the group
-                    os.fchmod(fd, (st.st_mode & 0o770) | 0o660)
-            finally:
-                os.close(fd)
+                if stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+                    stack.append((fd, depth + 1))
+                    continue
+                try:
+                    if stat.S_ISREG(st.st_mode):
+                        os.fchown(fd, 0, gid)
+                        # group-writable: ninja appends its log, torch rewrites a changed source;
+                        # only the solution's own processes are in the group
+                        os.fchmod(fd, (st.st_mode & 0o770) | 0o660)
+                finally:
+                    os.close(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(dir_fd)
+
+
+def remove_tree(path) -> None:
+    """A tree a jailed process wrote, gone: shutil.rmtree (which never follows links), and where it
+    cannot (a tree too deep for its recursion) rm, which walks iteratively."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError):
+        import subprocess
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
+
+
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_leftovers(uid: int) -> None:
+    """What a jail's uid left in the machine's shared temporary folders (a /dev/shm file is memory
+    held for good)."""
+    for d in SHARED_TMP:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    remove_tree(e.path)
+                else:
+                    os.unlink(e.path)
+            except OSError:
+                pass
 
 
 def kill_all(uid: int) -> None:
@@ -149,14 +196,28 @@ class Jails:
     def __init__(self):
         self._lock = threading.Lock()
         self._live: set[int] = set()
+        self._groups: dict[str, int] = {}  # a solution's build folder -> its group, for this parent's life
         self._base: Optional[Path] = None
+
+    def group(self, ext_dir: Path) -> int:
+        """The group of the solution whose build folder is `ext_dir`: drawn at random the first time
+        (never chosen or predicted by a solution), the same for all its processes after."""
+        key = str(Path(ext_dir).resolve())
+        with self._lock:
+            if key not in self._groups:
+                taken = set(self._groups.values())
+                gid = GID_BASE + secrets.randbelow(GID_SPAN)
+                while gid in taken:
+                    gid = GID_BASE + secrets.randbelow(GID_SPAN)
+                self._groups[key] = gid
+            return self._groups[key]
 
     def _root(self) -> Path:
         if self._base is None or not self._base.exists():
             self._base = Path(tempfile.mkdtemp(prefix="harness-jails-"))
             os.chmod(self._base, 0o711)  # homes reachable by their owner only, not listable
             import atexit
-            atexit.register(shutil.rmtree, self._base, True)
+            atexit.register(remove_tree, self._base)
         return self._base
 
     def make(self, ext_dir: Optional[Path], solution: Optional[Path]) -> Jail:
@@ -169,7 +230,7 @@ class Jails:
                     self._live.add(uid)
                     break
             home = self._root() / str(uid)
-        gid = solution_gid(ext_dir) if ext_dir is not None else uid
+        gid = self.group(ext_dir) if ext_dir is not None else uid
         home.mkdir(mode=0o700)
         for sub in ("tmp", ".cache"):
             (home / sub).mkdir()
@@ -188,7 +249,8 @@ class Jails:
 
     def release(self, jail: Jail) -> None:
         kill_all(jail.uid)
-        shutil.rmtree(jail.home, ignore_errors=True)
+        remove_tree(jail.home)
+        remove_leftovers(jail.uid)
         with self._lock:
             self._live.discard(jail.uid)
 
@@ -212,6 +274,9 @@ def enter(jail: Jail) -> None:
     os.setresuid(jail.uid, jail.uid, jail.uid)
     if os.getuid() != jail.uid or os.geteuid() != jail.uid:
         raise RuntimeError("the jail's uid did not take")
+    import resource
+    # its processes and threads, together (the uid is its alone): no fork bomb takes the machine's pids
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binary gives root back
     # the uid change left the process not dumpable (so its own /proc entries became root's); it has

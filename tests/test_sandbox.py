@@ -76,7 +76,7 @@ def test_a_solution_cannot_signal_the_harnesss_processes(open_dir):
 def test_a_jailed_build_and_candidate_pass_and_leave_nothing_behind(open_dir):
     """An honest C++ solution, built and run jailed: passed; its build folder belongs to root and its
     solution's group, writable by no one else; the jails' homes are gone after the evaluation."""
-    from harness.sandbox import JAILS, solution_gid
+    from harness.sandbox import JAILS
     prob = _problem_copy(open_dir)
     r = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_cpp.py", prob, open_dir / "cache", "on")
     assert r.status.value == "passed", (r.error, r.log_tail)
@@ -85,7 +85,7 @@ def test_a_jailed_build_and_candidate_pass_and_leave_nothing_behind(open_dir):
     for root, dirs, files in os.walk(ext):
         for name in [root, *(os.path.join(root, f) for f in files)]:
             st = os.stat(name)
-            assert st.st_uid == 0 and st.st_gid == solution_gid(ext), name
+            assert st.st_uid == 0 and st.st_gid == JAILS.group(ext), name
             assert not st.st_mode & 0o007, name  # nothing for other solutions, not even reading
     assert JAILS._base is None or not any(JAILS._base.iterdir())
 
@@ -161,3 +161,56 @@ def test_a_jailed_process_in_a_session_of_its_own_dies_with_its_jail():
         assert not os.path.exists(jail.home)
     finally:
         p.kill()
+
+
+def test_a_tree_deeper_than_pythons_recursion_neither_crashes_nor_outlives_the_parent(open_dir):
+    """Folders nested 2,000 deep in a build folder or a home (found by a helper's attack: os.walk,
+    fwalk and rmtree recursed, the parent crashed with no record, and every later evaluation of the
+    source crashed the same way)."""
+    from harness.build import _artifacts
+    from harness.sandbox import open_to, remove_tree
+    ext = open_dir / "ext"
+    ext.mkdir()
+    (ext / "m.so").write_bytes(b"x")
+    fd = os.open(ext, os.O_RDONLY)
+    for _ in range(2000):  # by descriptors: the path itself grows past PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(fd)
+    arts = _artifacts(ext)
+    assert len(arts["m.so"]) == 64 and arts["(too deep)"] == "unreadable"
+    open_to(ext, 4343)
+    assert os.stat(ext / "m.so").st_gid == 4343
+    remove_tree(ext)
+    assert not ext.exists()
+
+
+def test_what_a_jail_leaves_in_the_shared_temporary_folders_goes_with_it():
+    """A file in /dev/shm is memory held for good; /tmp and /var/tmp fill the disk."""
+    import subprocess
+
+    from harness.sandbox import JAILS
+    jail = JAILS.make(None, None)
+
+    def drop():
+        os.setgroups([])
+        os.setresgid(jail.gid, jail.gid, jail.gid)
+        os.setresuid(jail.uid, jail.uid, jail.uid)
+
+    names = [f"/dev/shm/jail-left-{jail.uid}", f"/tmp/jail-left-{jail.uid}"]
+    subprocess.run(["sh", "-c", f"echo x > {names[0]}; mkdir {names[1]}; echo y > {names[1]}/f"],
+                   preexec_fn=drop, check=True)
+    assert all(os.path.exists(n) for n in names)
+    JAILS.release(jail)
+    assert not any(os.path.exists(n) for n in names)
+
+
+def test_each_solution_has_a_group_of_its_own_that_its_source_cannot_choose(tmp_path):
+    """Drawn at random by the parent, the same for every process of the solution (a group derived
+    from the build folder's name was matched by grinding a source: a helper's attack replaced another
+    solution's library that way)."""
+    from harness.sandbox import JAILS
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert JAILS.group(a) == JAILS.group(a) != JAILS.group(b)
