@@ -37,7 +37,7 @@ def main() -> int:
     cfg = {m: load_config(None, {"cache_dir": str(cache), "device": "cpu", "hardening.sandbox": m}) for m in ("on", "off")}
     first = evaluate(a.solution, a.problem, cfg["on"])  # builds (jailed) and warms the cache
     print(f"warm-up: {first.status.value}, protections {first.protections}")
-    ext = next((cache / "ext").iterdir())
+    ext = next(p for p in (cache / "ext").iterdir() if not p.name.startswith("."))
     per = []
     for _ in range(20):
         t0 = time.perf_counter()

@@ -190,6 +190,28 @@ def kill_all(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def _kept_group(folder: Path, name: str) -> int:
+    """The group kept for `name` in `folder` (root's alone), drawn and kept now if there is none: the
+    file appears whole or not at all (written aside, then linked), so a concurrent reader never sees
+    half of it and two drawers agree on the first."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / name
+    if not path.exists():
+        tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(GID_BASE + secrets.randbelow(GID_SPAN)))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd) as fh:
+        return int(fh.read().strip())
+
+
 class Jails:
     """The parent's hand-out of uids and homes: one `Jail` per process that runs solution code."""
 
@@ -201,15 +223,14 @@ class Jails:
 
     def group(self, ext_dir: Path) -> int:
         """The group of the solution whose build folder is `ext_dir`: drawn at random the first time
-        (never chosen or predicted by a solution), the same for all its processes after."""
-        key = str(Path(ext_dir).resolve())
+        (never chosen or predicted by a solution) and kept beside the folder, in a root-only file
+        (`.groups/` of its parent), so that every harness process sharing the cache hands the folder
+        to the same group (each drawing its own, two test workers took it from each other)."""
+        ext_dir = Path(ext_dir).resolve()
+        key = str(ext_dir)
         with self._lock:
             if key not in self._groups:
-                taken = set(self._groups.values())
-                gid = GID_BASE + secrets.randbelow(GID_SPAN)
-                while gid in taken:
-                    gid = GID_BASE + secrets.randbelow(GID_SPAN)
-                self._groups[key] = gid
+                self._groups[key] = _kept_group(ext_dir.parent / ".groups", ext_dir.name)
             return self._groups[key]
 
     def _root(self) -> Path:

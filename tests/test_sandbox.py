@@ -81,7 +81,7 @@ def test_a_jailed_build_and_candidate_pass_and_leave_nothing_behind(open_dir):
     r = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_cpp.py", prob, open_dir / "cache", "on")
     assert r.status.value == "passed", (r.error, r.log_tail)
     assert "own_uid" in r.protections
-    ext = next((open_dir / "cache" / "ext").iterdir())
+    ext = next(p for p in (open_dir / "cache" / "ext").iterdir() if not p.name.startswith("."))
     for root, dirs, files in os.walk(ext):
         for name in [root, *(os.path.join(root, f) for f in files)]:
             st = os.stat(name)
@@ -214,3 +214,14 @@ def test_each_solution_has_a_group_of_its_own_that_its_source_cannot_choose(tmp_
     from harness.sandbox import JAILS
     a, b = tmp_path / "a", tmp_path / "b"
     assert JAILS.group(a) == JAILS.group(a) != JAILS.group(b)
+
+
+def test_harness_processes_sharing_a_cache_hand_a_solution_the_same_group(tmp_path):
+    """Two parents (two test workers, two batches) evaluating one solution from one cache: each drawing
+    a group of its own took the build folder from the other's processes mid-evaluation."""
+    from harness.sandbox import Jails
+    ext = tmp_path / "ext" / "abc"
+    ext.mkdir(parents=True)
+    assert Jails().group(ext) == Jails().group(ext)
+    st = os.stat(tmp_path / "ext" / ".groups")
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o700
