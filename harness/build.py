@@ -68,9 +68,30 @@ def builds_extensions(code: str) -> bool:
     return "cpp_extension" in code or "load_inline" in code
 
 
+@functools.lru_cache(maxsize=1)
+def private_dir() -> Path:
+    """The harness's own temporary and compiler-cache folder for its children (the reference's
+    torch.compile above all): in the user's home, closed to everyone else. Inductor's default,
+    /tmp/torchinductor_<user>, is a predictable path a jailed solution could create first and fill
+    with code the reference would run as root (found by a helper's attack)."""
+    d = Path.home() / ".cache" / "harness-private"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        import tempfile
+        d = Path(tempfile.mkdtemp(prefix="harness-private-"))  # 0700, made by this process
+    for sub in ("tmp", "inductor", "triton"):
+        (d / sub).mkdir(exist_ok=True, mode=0o700)
+    return d
+
+
 def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """None for ext_dir: a standby's environment, whose extension directory comes with its setup."""
+    """None for ext_dir: a standby's environment, whose extension directory comes with its setup.
+    Temporary files and compiler caches go to `private_dir` (a jailed child's own home replaces it)."""
     env = dict(os.environ)
+    priv = private_dir()
+    env.update(TMPDIR=str(priv / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(priv / "inductor"),
+               TRITON_CACHE_DIR=str(priv / "triton"))
     if ext_dir is not None:
         env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")

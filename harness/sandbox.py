@@ -146,7 +146,7 @@ def remove_tree(path) -> None:
         subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
 
 
-SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock")
 
 
 def remove_leftovers(uid: int) -> None:
@@ -279,6 +279,20 @@ class Jails:
 JAILS = Jails()
 
 
+CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
+
+
+def isolate() -> None:
+    """While still root, before any thread: a network namespace of its own (no interface but a loopback
+    that is down: no network, no socket to another process's port) and an IPC namespace (SysV IPC
+    and message queues of its own). A process that started threads already (a standby, torch
+    imported) moves only its calling thread: threads it makes later follow, its earlier ones do not."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET | CLONE_NEWIPC) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET | CLONE_NEWIPC) failed")
+
+
 def enter(jail: Jail) -> None:
     """In the child, before any solution code: its home as HOME, TMPDIR and the tools' caches, then
     the uid and group for good (no way back, no privileges gained through exec)."""
@@ -309,5 +323,5 @@ def protections(jailed: bool) -> list[str]:
     """What a record says was in force around its solution's code."""
     out = ["private_pipe", "nondumpable_reference"]
     if jailed:
-        out += ["own_uid", "read_only_harness", "private_home"]
+        out += ["own_uid", "read_only_harness", "private_home", "no_network"]
     return out

@@ -225,3 +225,35 @@ def test_harness_processes_sharing_a_cache_hand_a_solution_the_same_group(tmp_pa
     assert Jails().group(ext) == Jails().group(ext)
     st = os.stat(tmp_path / "ext" / ".groups")
     assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_a_jailed_solution_reaches_no_network(open_dir, monkeypatch):
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    monkeypatch.setenv("ATTACK_PORT", str(srv.getsockname()[1]))
+    try:
+        prob = _problem_copy(open_dir)
+        r = _evaluate(ATTACKS / "answer_from_outside.py", prob, open_dir / "cache", "off")
+        assert r.status.value == "passed"  # unjailed, it reached the server
+        r = _evaluate(ATTACKS / "answer_from_outside.py", prob, open_dir / "cache", "on")
+        assert "no_network" in r.protections
+        assert r.status.value == "incorrect", (r.error, r.log_tail)
+    finally:
+        srv.close()
+
+
+def test_the_harnesss_children_keep_their_temporary_files_and_compiler_caches_out_of_reach():
+    """The reference compiles torch.compile(Model) as root: with Inductor's default cache,
+    /tmp/torchinductor_root, a jailed solution that created that folder first ran its code as root
+    in the reference (a helper's attack). Every child's TMPDIR and compiler caches are the harness's
+    own, closed to other users; a jailed child's are its home's."""
+    from harness.build import child_env
+    env = child_env(None, "cpu")
+    for k in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        p = Path(env[k])
+        assert not str(p).startswith(("/tmp/", "/var/tmp/")) or "harness-private-" in str(p), p
+        for d in (p, p.parent):
+            st = os.stat(d)
+            assert st.st_uid == os.geteuid() and not st.st_mode & 0o077, d

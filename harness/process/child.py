@@ -349,6 +349,9 @@ def main() -> None:
             set_dumpable(True)  # from here on, a candidate exactly like a fresh one
         # a reference stays as it started: not dumpable, out of a candidate's reach
     os.environ.update(setup.env)
+    if setup.jail is not None:  # (a fresh child: before torch starts any thread; sandbox.isolate)
+        from ..sandbox import isolate
+        isolate()
     if setup.role == "compile":
         run_compile(setup, rep_fd)
     else:
