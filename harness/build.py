@@ -23,6 +23,7 @@ from typing import Optional
 from .cpus import Lender
 from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 from .records.messages import CompileReply, Setup
+from .sandbox import read_regular
 
 
 def source_file(code: str, original: Path, cache_dir: Path, extracted: bool) -> Path:
@@ -127,23 +128,10 @@ def _deterministic(reply: CompileReply) -> bool:
             and not any(t in text for t in _TRANSIENT))
 
 
-def _read_own(path: Path) -> str:
-    """A file the parent wrote in a folder a jailed build may write (sandbox.py): never through a
-    link it planted, never blocking on a FIFO it made."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        with os.fdopen(fd, "r", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
-
-
 def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
     """(reply, log) of the compiler's rejection of this very source, if it was built before."""
     try:
-        data = json.loads(_read_own(ext_dir / FAILED_BUILD))
+        data = json.loads(read_regular(ext_dir / FAILED_BUILD))
         return CompileReply.model_validate(data["reply"]).model_copy(update={"seconds": 0.0}), data["log"]
     except (ValueError, KeyError, OSError):
         return None  # never failed, or unreadable: build (again)
@@ -208,7 +196,7 @@ def remembered_build(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
     """(reply, log) of this source's earlier successful build, if the libraries it left are still
     there unchanged; None when it never built, or anything was rebuilt, removed or replaced since."""
     try:
-        data = json.loads(_read_own(ext_dir / BUILT))
+        data = json.loads(read_regular(ext_dir / BUILT))
         reply = CompileReply.model_validate(data["reply"])
         if not reply.ok or data["artifacts"] != _artifacts(ext_dir):
             return None

@@ -28,6 +28,12 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128"
 MAX_DEPTH = 32
 
 
+# the reference's trials kept for a problem's later solutions, in bytes (in the parent where they
+# travel as bytes, on the device in the reference's process where they stay there): beyond it, each
+# solution's judging asks the reference process again (a forward, against memory held for as long as
+# the problem has solutions to come)
+TRIAL_CACHE_BYTES = 64 << 20
+
 # device tensors travel through one pinned host buffer of this size, a slice at a time: the child
 # never holds a host copy of a whole output (a KernelBench level-1 output is up to 17 GB)
 CHUNK_BYTES = 64 << 20

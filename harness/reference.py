@@ -2,9 +2,10 @@
 
 A `ReferenceSession` holds one live reference worker for one problem on one device and the run's
 secret seeds. Its trial outputs are computed as a solution's judging asks for them, one trial at a
-time (`trial`), and kept in the parent's memory (never in a file a candidate could read) only while
-they are small: a KernelBench output reaches gigabytes, and five of them for each of a batch's live
-problems exhausted a 128 GiB host. A batch reuses one session for every solution of a problem;
+time (`trial`), and kept (never in a file a candidate could read) only while they are small: in the
+parent's memory, or on a GPU in the reference's process, where they are judged (`judge`). A
+KernelBench output reaches gigabytes, and five of them for each of a batch's live problems exhausted a
+128 GiB host. A batch reuses one session for every solution of a problem;
 `harness eval` makes one.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .build import child_env
 from .config import Config, Tolerance
+from .payload import TRIAL_CACHE_BYTES
 from .process.standby import Standby
 from .process.worker import Worker, WorkerDied
 from .problems import Problem
@@ -50,10 +52,6 @@ def frame_allowance(payload: int, inputs: int) -> int:
     return 2 * payload + inputs + (64 << 20)
 
 
-# the reference's trials a session keeps for its later solutions, in bytes: beyond it, each
-# solution's judging asks the reference process again (a forward and the transfer, against the
-# parent's memory held for as long as the problem has solutions to come)
-TRIAL_CACHE_BYTES = 64 << 20
 OOM = ("out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 
 

@@ -169,6 +169,25 @@ def remove_leftovers(uid: int) -> None:
                 pass
 
 
+def become(uid: int, gid: int) -> None:
+    """This process is `uid` in `gid` alone from now on, for good (real, effective and saved ids)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise RuntimeError("the jail's uid did not take")
+
+
+def read_regular(path) -> str:
+    """A file the harness wrote where a jailed process may write too: never read through a link it
+    planted, never blocked on a FIFO it made."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return fh.read()
+
+
 def kill_all(uid: int) -> None:
     """Every process of `uid` killed: what a jailed process started in a session of its own (a
     daemon past the process-group kill) dies with its jail. As that uid, kill(-1) reaches exactly
@@ -177,9 +196,7 @@ def kill_all(uid: int) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
+            become(uid, uid)
             for _ in range(3):  # again, for one forked while the first signal went out
                 try:
                     os.kill(-1, signal.SIGKILL)
@@ -207,9 +224,7 @@ def _kept_group(folder: Path, name: str) -> int:
             pass
         finally:
             os.unlink(tmp)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd) as fh:
-        return int(fh.read().strip())
+    return int(read_regular(path).strip())
 
 
 class Jails:
@@ -304,11 +319,7 @@ def enter(jail: Jail) -> None:
                       USER="solution", LOGNAME="solution")  # getpass finds no passwd entry for the uid
     tempfile.tempdir = None
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
-    os.setgroups([])
-    os.setresgid(jail.gid, jail.gid, jail.gid)
-    os.setresuid(jail.uid, jail.uid, jail.uid)
-    if os.getuid() != jail.uid or os.geteuid() != jail.uid:
-        raise RuntimeError("the jail's uid did not take")
+    become(jail.uid, jail.gid)
     import resource
     # its processes and threads, together (the uid is its alone): no fork bomb takes the machine's pids
     resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))

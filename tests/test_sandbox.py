@@ -144,13 +144,11 @@ def test_a_jailed_process_in_a_session_of_its_own_dies_with_its_jail():
     import subprocess
     import time
 
-    from harness.sandbox import JAILS
+    from harness.sandbox import JAILS, become
     jail = JAILS.make(None, None)
 
     def drop():
-        os.setgroups([])
-        os.setresgid(jail.gid, jail.gid, jail.gid)
-        os.setresuid(jail.uid, jail.uid, jail.uid)
+        become(jail.uid, jail.gid)
 
     p = subprocess.Popen(["sleep", "300"], preexec_fn=drop, start_new_session=True)
     try:
@@ -191,13 +189,11 @@ def test_what_a_jail_leaves_in_the_shared_temporary_folders_goes_with_it():
     """A file in /dev/shm is memory held for good; /tmp and /var/tmp fill the disk."""
     import subprocess
 
-    from harness.sandbox import JAILS
+    from harness.sandbox import JAILS, become
     jail = JAILS.make(None, None)
 
     def drop():
-        os.setgroups([])
-        os.setresgid(jail.gid, jail.gid, jail.gid)
-        os.setresuid(jail.uid, jail.uid, jail.uid)
+        become(jail.uid, jail.gid)
 
     names = [f"/dev/shm/jail-left-{jail.uid}", f"/tmp/jail-left-{jail.uid}"]
     subprocess.run(["sh", "-c", f"echo x > {names[0]}; mkdir {names[1]}; echo y > {names[1]}/f"],

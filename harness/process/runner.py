@@ -192,17 +192,16 @@ class Runner:
                     gpu_peak_bytes=int(torch.cuda.max_memory_reserved()) if self.device == "cuda" else None)
         return blobs, seen
 
-    # a reference's kept trials: those of at most this many bytes in all stay for the problem's later
-    # solutions (as the parent kept small trials when it held them); of the rest the newest few, for
-    # the evaluations of the problem in flight at once
-    PERSIST_BYTES = 64 << 20
+    # a reference's kept trials: those of payload.TRIAL_CACHE_BYTES in all stay for the problem's
+    # later solutions; of the rest the newest few, for the evaluations of the problem in flight at once
     TRANSIENT = 4
 
     def _keep(self, tensors: list) -> dict:
         self._tokens += 1
         token, n = self._tokens, sum(t.numel() * t.element_size() for t in tensors)
         self.kept[token] = tensors
-        persisted = sum(self.persisted.values()) + n <= self.PERSIST_BYTES
+        from ..payload import TRIAL_CACHE_BYTES
+        persisted = sum(self.persisted.values()) + n <= TRIAL_CACHE_BYTES
         if persisted:
             self.persisted[token] = n
         transient = [k for k in self.kept if k not in self.persisted]

@@ -51,20 +51,13 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
             finally:
                 grow_wait = ctx.hold.waited_s - w0  # memory_wait_s (batch/executor.py), in no phase
         t1 = ctx.clock()
-        try:
-            c = candidate_answer(ctx, cand, ref, i, allowed, share=r.remote)
-        except BaseException:
-            ref.release(r)  # kept on the device for a judging that will not come
-            raise
+        c = candidate_answer(ctx, cand, ref, i, r, allowed)
         phases.trials_s += ctx.clock() - t1
         if i == 0:
             # calls into its extensions, until (on a GPU) the kernel list, after timing, decides
             custom_calls = c.custom_calls or 0
             if not custom_calls:
                 ctx.flag("no_custom_kernel")
-        if c.inputs_after is not None and r.inputs_after is None:
-            ref.release(r)
-            r, _ = reference_trial(ctx, ref, i, with_inputs=True)  # its yardstick for changed inputs
         v = judge(ctx, cand, ref, i, c, r)
         del c, r
         res.trials.append(v.check)
@@ -84,39 +77,31 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     return Checked(trials=len(res.trials), custom_calls=custom_calls)
 
 
-def reference_trial(ctx: Context, ref: ReferenceSession, i: int, with_inputs: bool = False,
-                    seeds: Optional[list[int]] = None):
-    """The reference's trial `i` and what the candidate's may take (reference.frame_allowance); a reference too big for the machine ends the
-    evaluation with `too_big` (any other failure of the reference is the problem's: ReferenceError)."""
-    t1 = ctx.clock()
-    try:
-        with ctx.gate.stoppable() as phase:
-            return ref.trial(i, with_inputs=with_inputs, seeds=seeds, on_worker=phase.add)
-    except ReferenceTooBig as e:
-        raise Failure(Status.too_big, str(e)) from None
-    finally:
-        ctx.phases.reference_s += ctx.clock() - t1
-
-
-def candidate_answer(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, allowed: int,
-                     share: bool, seeds: Optional[list[int]] = None, what: str = "correctness trials",
+def candidate_answer(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, r, allowed: int,
+                     seeds: Optional[list[int]] = None, what: str = "correctness trials",
                      wrong_count: Status = Status.runtime_error):
-    """The candidate's trial `i` (of the plan, or of `seeds`), its device outputs exported where
-    `share` (judged on the device), as TrialData with `custom_calls` (its first trial's count)."""
+    """The candidate's trial `i` (of the plan, or of `seeds`) beside the reference's `r`, as TrialData
+    with `custom_calls`: its device outputs exported where the reference's stayed on the device. Where
+    it fails, `r`, kept on the device for a judging that will not come, is let go."""
     seed = (seeds or ref.plan.seeds)[i]
     shape = ref.plan.shapes[i] if i < len(ref.plan.shapes) else {}
-    with ctx.gate.stoppable(ctx.cfg.batch.slow_phase_frees_lane_s) as phase:
-        phase.add(cand.first)
-        reply, _ = ask(cand.first, TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], share=share),
-                       ctx.cfg.timeouts.run_s, what, max_bytes=allowed)
-    c = candidate_trial(reply, wrong_count)
+    try:
+        with ctx.gate.stoppable(ctx.cfg.batch.slow_phase_frees_lane_s) as phase:
+            phase.add(cand.first)
+            reply, _ = ask(cand.first, TrialsCommand(seeds=[seed], shapes=[shape] if shape else [], share=r.remote),
+                           ctx.cfg.timeouts.run_s, what, max_bytes=allowed)
+        c = candidate_trial(reply, wrong_count)
+    except BaseException:
+        ref.release(r)
+        raise
     c.custom_calls = reply.custom_calls
     return c
 
 
 def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, c, r,
           seeds: Optional[list[int]] = None, what: str = "correctness trials"):
-    """One trial judged (correctness.judge_trial): outputs that stayed on the device in the
+    """One trial judged (correctness.judge_trial), against the reference's inputs after its call too
+    where the candidate's call changed its own: outputs that stayed on the device in the
     reference's process (ReferenceSession.judge), the rest in the parent. Where the device could not
     judge (the candidate sent bytes it could not export, or the reference failed at it), the trial is
     asked of both again as bytes and judged in the parent; a candidate's handle that does not describe
@@ -125,6 +110,9 @@ def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int,
     from ..cuda_ipc import Refused
     from ..reference import JudgeFailed
     name = ref.plan.shape_names[i] if i < len(ref.plan.shape_names) else "default"
+    if c.inputs_after is not None and r.inputs_after is None:
+        ref.release(r)
+        r, _ = reference_trial(ctx, ref, i, with_inputs=True, seeds=seeds)  # its yardstick for changed inputs
     if r.remote:
         def remote(pairs):
             with ctx.gate.stoppable() as phase:
@@ -141,7 +129,7 @@ def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int,
             with_inputs = r.inputs_after is not None
             r, allowed = reference_trial(ctx, ref, i, with_inputs=with_inputs, seeds=seeds, share=False)
             if c.remote:
-                c = candidate_answer(ctx, cand, ref, i, allowed, share=False, seeds=seeds, what=what,
+                c = candidate_answer(ctx, cand, ref, i, r, allowed, seeds=seeds, what=what,
                                      wrong_count=Status.rejected)
     else:
         why = None
@@ -189,16 +177,8 @@ def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSess
     what = "re-check of an excessive speedup"
     for i in range(len(seeds)):
         r, allowed = reference_trial(ctx, ref, i, seeds=seeds)
-        try:
-            # the candidate answered once already: a different count now is a forged report
-            c = candidate_answer(ctx, cand, ref, i, allowed, share=r.remote, seeds=seeds, what=what,
-                                 wrong_count=Status.rejected)
-        except BaseException:
-            ref.release(r)
-            raise
-        if c.inputs_after is not None and r.inputs_after is None:
-            ref.release(r)
-            r, _ = reference_trial(ctx, ref, i, with_inputs=True, seeds=seeds)
+        # the candidate answered once already: a different count now is a forged report
+        c = candidate_answer(ctx, cand, ref, i, r, allowed, seeds=seeds, what=what, wrong_count=Status.rejected)
         v = judge(ctx, cand, ref, i, c, r, seeds=seeds, what=what)
         if v.rejected:
             raise Failure(Status.rejected, v.check.reason, v.flags)
