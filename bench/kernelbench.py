@@ -253,6 +253,11 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
     return out
 
 
+def _records(run: Path) -> int:
+    f = run / "results.jsonl"
+    return sum(1 for line in f.read_text().splitlines() if line.strip()) if f.exists() else 0
+
+
 def _round(x: Optional[float], n: int = 4) -> Optional[float]:
     return None if x is None else round(x, n)
 
@@ -295,6 +300,8 @@ def main() -> int:
     ap.add_argument("--spinner", type=int, default=None, metavar="ID",
                     help="problem ID's identity also launches a GPU kernel that never ends (a runaway beside "
                          "honest solutions: it should get timeout within timeouts.run_s + 10 s)")
+    ap.add_argument("--resume", action="store_true",
+                    help="finish the batch in --out (one batch over several calls: the summary adds their wall times)")
     ap.add_argument("batch_args", nargs="*", help="after --: more options for `harness batch`")
     args = ap.parse_args()
 
@@ -310,9 +317,12 @@ def main() -> int:
         spin = next(subs.glob(f"identity/level_*_problem_{args.spinner}_sample_0_kernel.py"))
         spin.write_text(spinner_source(spin.read_text()))
     print(f"{n} solutions for {len(problems)} problems in {subs}", file=sys.stderr)
+    seg_file = out / "segments.json"
+    segments = json.loads(seg_file.read_text()) if args.resume and seg_file.exists() else []
+    before = _records(run) if args.resume else 0
     cmd = [sys.executable, "-m", "harness.cli", "batch", str(subs), "--problems", str(args.corpus),
            "--out", str(run), "--device", args.device, *(["--config", str(args.config)] if args.config else []),
-           *args.batch_args]
+           *(["--resume"] if args.resume and (run / "results.jsonl").exists() else []), *args.batch_args]
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(out / "batch.log", "w") as log:
@@ -333,8 +343,14 @@ def main() -> int:
     if not (run / "results.jsonl").exists():
         print(f"the batch wrote no records (rc {rc}); see {out / 'batch.log'}", file=sys.stderr)
         return 1
-    s = summarize(run, wall, peaks, baseline, identity=args.generations is None)
-    s["batch_rc"], s["command"] = rc, " ".join(cmd)
+    segments.append({"wall_s": round(wall, 1), "records_before": before, "records_after": _records(run), "rc": rc,
+                     "peak_host_pss_gb": round(peaks.rss / 2**30, 2),
+                     "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks.gpu is not None else None})
+    seg_file.write_text(json.dumps(segments, indent=2) + "\n")
+    # over several calls: the records of all, in the sum of their wall times (an evaluation cut off by a
+    # call's end is done again by the next, so that time counts too)
+    s = summarize(run, sum(g["wall_s"] for g in segments), peaks, baseline, identity=args.generations is None)
+    s["batch_rc"], s["command"], s["segments"] = rc, " ".join(cmd), segments
     (out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     md = markdown(s)
     (out / "summary.md").write_text(md)

@@ -10,6 +10,14 @@ The reference measures both on its first trial; until then an evaluation holds `
 then holds the measured need instead before its candidate runs a trial (`Hold.grow`: waiting where
 it is more, giving back at once where it is less).
 
+On a GPU a provisional hold is a problem's first run, whose size nothing says yet (KernelBench level 1
+goes from kilobytes to 17 GB of inputs): one at a time on a GPU, started only while a quarter of the
+GPU is free of what the others hold and will take, and holding all of that until it is measured
+(nine level-1 problems started at once on 2 GB each ran 25 of them out of memory).
+An evaluation that ran out of memory beside others runs again alone (`Admission.alone`): once every
+other evaluation on its GPU has ended and idle processes were closed, with no newcomer admitted until
+it ends; only then does `too_big` stand.
+
 An evaluation is admitted while what the host (its GPU) has available now, less a margin and less
 what the other evaluations hold, covers its need: on the host everything they hold (part of it may
 be taken already, so this counts it twice rather than risk the machine), on a GPU only what their
@@ -21,13 +29,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 GB = 1 << 30
 HOST_MARGIN = 2 * GB   # kept free on the host beyond every hold: the kernel, the build children
 GPU_MARGIN = 1 * GB    # kept free on a GPU: contexts of processes that start meanwhile
 PROCESS_GPU = GB // 2  # a CUDA context and the allocator's first blocks, per process
+FIRST_RUN_SHARE = 0.25  # of a GPU's memory, free for a problem's first (unmeasured) run to start
 
 
 @dataclass
@@ -35,12 +44,14 @@ class Need:
     host: int
     gpu: int = 0
     measured: bool = False
+    # a problem's first run: on a GPU its hold takes all that is free when it starts (Admission._fits)
+    first: bool = False
 
     def describe(self) -> str:
         return f"{self.host / GB:.1f} GB of host memory" + (f", {self.gpu / GB:.1f} GB of GPU memory" if self.gpu else "")
 
 
-PROVISIONAL = Need(host=GB, gpu=2 * GB)
+PROVISIONAL = Need(host=GB, gpu=2 * GB, first=True)
 
 
 def measured(payload: int, work_rss: int, gpu_peak: Optional[int], device: str) -> Need:
@@ -123,22 +134,52 @@ class Admission:
         self._cv = threading.Condition()
         self._holds: dict[int, "Hold"] = {}
         self._next = 0
+        self._alone_lock = threading.Lock()
         self.waited_s = 0.0  # in total, by every hold, for memory
         self.peak_holds = 0  # the most evaluations holding memory at once
         self.on_wait: Optional[Callable[[], None]] = None  # asked to free what idles (a batch's sessions)
 
-    def hold(self, need: Need = PROVISIONAL, gpu: Optional[str] = None) -> "Hold":
+    def hold(self, need: Need = PROVISIONAL, gpu: Optional[str] = None,
+             measured: Optional[Callable[[], Optional[Need]]] = None) -> "Hold":
         """Wait until `need` fits, then hold it (a context manager). `gpu`: the GPU it runs on, by
-        its CUDA_VISIBLE_DEVICES value (None: a CPU evaluation)."""
+        its CUDA_VISIBLE_DEVICES value (None: a CPU evaluation). `measured`: the problem's measured
+        need once there is one (another solution's first run may measure it while this one waits)."""
         with self._cv:
             h = Hold(self, self._next, gpu)
             self._next += 1
             self._holds[h.id] = h
         try:
-            self._wait_for(h, need)
+            self._wait_for(h, need, measured)
         except BaseException:
             h.release()
             raise
+        return h
+
+    def alone(self, gpu: Optional[str] = None) -> "Hold":
+        """A hold that waits until every other evaluation on `gpu` (every other CPU one, for None)
+        has ended, admits no newcomer there meanwhile nor while it is held, and then has idle
+        processes closed: an evaluation that ran out of memory beside others runs again so before
+        `too_big` stands. Such runs go one at a time, so two cannot wait for each other."""
+        self._alone_lock.acquire()
+        try:
+            with self._cv:
+                h = Hold(self, self._next, gpu)
+                h.alone = True
+                self._next += 1
+                self._holds[h.id] = h
+            try:
+                cap = self.capacity()
+                # a GPU's whole memory; on the host what it measures (it waits for that in grow)
+                self._wait_for(h, cap if gpu is None else Need(host=PROVISIONAL.host, gpu=cap.gpu))
+                if self.on_wait is not None:
+                    self.on_wait()  # what idle reference processes keep on the device
+            except BaseException:
+                h.release()
+                raise
+        except BaseException:
+            self._alone_lock.release()
+            raise
+        h.unlock = self._alone_lock.release
         return h
 
     def capacity(self) -> Need:
@@ -147,25 +188,36 @@ class Admission:
         host = self.host_budget or ((total - HOST_MARGIN) if total else 1 << 62)
         return Need(host=host, gpu=self.gpu_budget or 1 << 62)
 
-    def _fits(self, h: "Hold", need: Need) -> bool:
+    def _fits(self, h: "Hold", need: Need) -> Optional[Need]:
+        """The need to hold where `need` fits now (a first run's GPU part: all that is left), else None."""
         others = [o for o in self._holds.values() if o is not h]
-        if not others or h.id == min(self._holds):  # the oldest always proceeds
-            return True
+        if h.alone:  # runs only once every other evaluation on its GPU (any CPU one, for a CPU hold) ended
+            return need if not [o for o in others if o.gpu == h.gpu and o.admitted] else None
+        if any(o.alone and o.gpu == h.gpu for o in others) and not h.admitted:
+            return None  # no newcomer beside an evaluation that waits to run alone, or runs alone
+        oldest = not others or h.id == min(self._holds)  # the oldest always proceeds
         host_held = sum(o.need.host for o in others)
-        if self.host_budget is not None:
+        if oldest:
+            pass
+        elif self.host_budget is not None:
             if host_held + need.host > self.host_budget:
-                return False
+                return None
         else:
             avail, _ = self._host_probe()
             if avail is not None and need.host > avail - HOST_MARGIN - host_held:
-                return False
-        if need.gpu and h.gpu is not None:
-            mates = [o for o in others if o.gpu == h.gpu]
-            if self.gpu_budget is not None:
-                return sum(o.need.gpu for o in mates) + need.gpu <= self.gpu_budget
-            free, _ = self._gpu_probe(h.gpu)
+                return None
+        if not need.gpu or h.gpu is None:
+            return need
+        mates = [o for o in others if o.gpu == h.gpu]
+        if need.first and not oldest and any(o.need.first for o in mates):
+            return None  # one problem of unknown size starting at a time on a GPU
+        if self.gpu_budget is not None:
+            left, total = self.gpu_budget - sum(o.need.gpu for o in mates), self.gpu_budget
+            mine = need.gpu
+        else:
+            free, total = self._gpu_probe(h.gpu)
             if free is None:
-                return True
+                return need
             # the GPU's free memory already lacks what each evaluation's processes hold now: of a hold,
             # only the part its processes have not taken yet is still to come (counted whole, level 2
             # waited 20-60 s a record for memory that was in fact free). NVML's per-process figures;
@@ -173,16 +225,19 @@ class Admission:
             used = self._usage_probe(h.gpu) if any(o.pids for o in mates) or h.pids else None
             used = used or {}
             coming = sum(max(0, o.need.gpu - sum(used.get(p, 0) for p in o.pids)) for o in mates)
+            left = free - GPU_MARGIN - coming
             mine = max(0, need.gpu - sum(used.get(p, 0) for p in h.pids))
-            if mine > free - GPU_MARGIN - coming:
-                return False
-        return True
+        if need.first:  # what is left is its own until it is measured (Hold.grow)
+            if oldest or left >= max(need.gpu, FIRST_RUN_SHARE * (total or 0)):
+                return replace(need, gpu=max(need.gpu, left))
+            return None
+        return need if oldest or mine <= left else None
 
-    def _wait_for(self, h: "Hold", need: Need) -> None:
+    def _wait_for(self, h: "Hold", need: Need, measured: Optional[Callable[[], Optional[Need]]] = None) -> None:
         t0 = time.perf_counter()
         asked = False
         with self._cv:
-            while not self._fits(h, need):
+            while (got := self._fits(h, need := (need.first and measured and measured()) or need)) is None:
                 if not asked and self.on_wait is not None:
                     asked = True
                     self._cv.release()
@@ -192,7 +247,7 @@ class Admission:
                         self._cv.acquire()
                     continue
                 self._cv.wait(self.poll_s)  # the machine's free memory changes without a notify
-            h.need = need
+            h.need, h.admitted = got, True
             self.peak_holds = max(self.peak_holds, len(self._holds))
         waited = time.perf_counter() - t0
         h.waited_s += waited
@@ -206,8 +261,10 @@ class Admission:
 
     def _release(self, h: "Hold") -> None:
         with self._cv:
-            self._holds.pop(h.id, None)
+            gone = self._holds.pop(h.id, None)
             self._cv.notify_all()
+        if gone is not None and h.unlock is not None:
+            h.unlock()
 
 
 class Hold:
@@ -217,6 +274,9 @@ class Hold:
         self.admission, self.id, self.gpu = admission, id, gpu
         self.need = Need(host=0)
         self.waited_s = 0.0
+        self.admitted = False
+        self.alone = False  # Admission.alone: no other evaluation on its GPU while it waits or runs
+        self.unlock: Optional[Callable[[], None]] = None
         # the evaluation's processes on its GPU (memory.gpu_usage: what of the need they hold already)
         self.pids: set[int] = set()
 
@@ -235,6 +295,8 @@ class Hold:
         if need.host <= self.need.host and need.gpu <= self.need.gpu:
             self.admission._settle(self, need)
             return
+        if self.need.first:  # what it took for its first run is taken (others see it gone from free): it waits
+            self.admission._settle(self, Need(host=self.need.host, gpu=0))  # for the rest beside them
         self.admission._wait_for(self, need)
 
     def release(self) -> None:

@@ -349,14 +349,19 @@ class ReferenceSession:
         t0 = time.perf_counter()
         to = self.cfg.timeouts.problem_s
         self.worker = self.spawn_reference(on_worker)
+
+        def failed(what: str, error: Optional[str]) -> ReferenceError:
+            # out of memory: perhaps only beside others (a batch runs its solutions again alone)
+            kind = ReferenceTooBig if any(m in (error or "") for m in OOM) else ReferenceError
+            return kind(f"problem {self.problem.name}: {what}: {error}")
         try:
             load = self.worker.wait_reply("load", to)
             if not load.ok:
-                raise ReferenceError(f"problem {self.problem.name} failed to load: {load.error}")
+                raise failed("failed to load", load.error)
             self.env = load.env
             reply, _ = self.worker.request(BuildCommand(init_seed=self.plan.init_seed), to)
             if not reply.ok:
-                raise ReferenceError(f"problem {self.problem.name}: Model failed to build: {reply.error}")
+                raise failed("Model failed to build", reply.error)
             if self.device == "cuda":
                 # what a process pays once for timing (the launch hold's Triton build where it was not
                 # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's
@@ -364,7 +369,7 @@ class ReferenceSession:
                 from .timing.measure import warm_up
                 reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng), to)
                 if not reply.ok:
-                    raise ReferenceError(f"problem {self.problem.name}: reference timing failed: {reply.error}")
+                    raise failed("reference timing failed", reply.error)
         except ReferenceError:
             self.close()
             raise

@@ -118,6 +118,8 @@ def make_config(**overrides):
         "timeouts.load_s": 60,
         "timeouts.run_s": 60,
     }
+    if os.environ.get("HARNESS_TEST_SANDBOX"):  # the suite again with the sandbox forced on (or off)
+        base["hardening.sandbox"] = os.environ["HARNESS_TEST_SANDBOX"]
     base.update(overrides)
     return load_config(None, base)
 

@@ -286,3 +286,109 @@ def test_a_reference_killed_outright_mid_trial_is_too_big_not_a_failed_problem(c
         s.trial(0)
     assert isinstance(e.value, ReferenceTooBig) is too_big
     assert s.worker is None  # closed: the next solution starts a fresh one
+
+
+def test_first_runs_on_a_gpu_start_one_at_a_time_and_hold_what_is_left_until_measured():
+    """A problem's first run has no measured need (KernelBench level 1: kilobytes to 17 GB of
+    inputs): it starts while a quarter of the GPU is left, holds all that is left until its
+    reference's first trial measures it, and no other first run starts beside it. On 2 GB each, nine
+    level-1 problems started at once on an H100 and 25 ran out of memory."""
+    from harness.memory import PROVISIONAL, Need
+    free = {"0": 60 * GB}
+    adm = _admission(avail=100 * GB, free=free, usage={})
+    m = adm.hold(Need(1 * GB, 10 * GB), gpu="0")  # measured, running
+    a = adm.hold(PROVISIONAL, gpu="0")
+    assert a.need.first and a.need.gpu == 49 * GB  # 60 free - 1 margin - 10 still to come
+    tf, boxf = _later(lambda: adm.hold(PROVISIONAL, gpu="0"))  # another first run: after a's
+    time.sleep(0.15)
+    assert "value" not in boxf
+    a.grow(Need(1 * GB, 8 * GB))  # measured: it keeps 8 GB, the rest goes to the next first run
+    assert (a.need.gpu, a.need.first) == (8 * GB, False)
+    tf.join(5)
+    b = boxf["value"]
+    assert b.need.first and b.need.gpu == 41 * GB
+    t, box = _later(lambda: adm.hold(Need(1 * GB, 5 * GB), gpu="0"))  # measured, but the rest is b's
+    time.sleep(0.15)
+    assert "value" not in box
+    b.grow(Need(1 * GB, 3 * GB))
+    t.join(5)
+    c = box["value"]
+    assert c.need.gpu == 5 * GB
+    for h in (m, a, b, c):
+        h.release()
+    # less than a quarter of the GPU left: a first run waits, a measured need that fits does not
+    free["0"] = 15 * GB
+    m = adm.hold(Need(1 * GB, 2 * GB), gpu="0")
+    tf, boxf = _later(lambda: adm.hold(PROVISIONAL, gpu="0"))  # 15 - 1 - 2 < 20
+    time.sleep(0.15)
+    n = adm.hold(Need(1 * GB, 2 * GB), gpu="0")
+    assert "value" not in boxf
+    free["0"] = 40 * GB
+    tf.join(5)
+    assert boxf["value"].need.gpu == 35 * GB
+    for h in (m, n, boxf["value"]):
+        h.release()
+
+
+def test_a_run_alone_waits_for_every_other_evaluation_on_its_gpu_and_admits_no_newcomer():
+    """What ran out of memory beside others runs again alone (batch/executor.py): once the other
+    evaluations on its GPU ended, with idle processes closed (on_wait), and no newcomer admitted on
+    that GPU while it waits or runs; another GPU goes on. Runs alone go one at a time."""
+    from harness.memory import Need
+    adm = _admission(avail=100 * GB, free={"0": 60 * GB, "1": 60 * GB}, usage={})
+    asked = []
+    adm.on_wait = lambda: asked.append(1)
+    a = adm.hold(Need(1 * GB, 10 * GB), gpu="0")
+    b = adm.hold(Need(1 * GB, 10 * GB), gpu="1")
+    ta, boxa = _later(lambda: adm.alone("0"))
+    time.sleep(0.1)
+    tn, boxn = _later(lambda: adm.hold(Need(1 * GB, 1 * GB), gpu="0"))  # a newcomer on GPU 0
+    other = adm.hold(Need(1 * GB, 1 * GB), gpu="1")  # GPU 1 is not held up
+    time.sleep(0.15)
+    assert "value" not in boxa and "value" not in boxn
+    a.grow(Need(1 * GB, 12 * GB))  # an evaluation already running still grows: no deadlock
+    a.release()
+    ta.join(5)
+    alone = boxa["value"]
+    assert asked and alone.alone
+    tb, boxb = _later(lambda: adm.alone("1"))  # a second run alone waits for the first to end
+    time.sleep(0.15)
+    assert "value" not in boxn and "value" not in boxb
+    alone.release()
+    tn.join(5)
+    assert "value" in boxn
+    time.sleep(0.15)
+    assert "value" not in boxb  # the lock is free now, but b and other still run on GPU 1
+    b.release()
+    other.release()
+    tb.join(5)
+    assert "value" in boxb
+    boxn["value"].release()
+    boxb["value"].release()
+
+
+def test_a_reference_out_of_memory_as_it_starts_gets_too_big_after_a_run_alone(tmp_path):
+    """The reference's build or warm-up ran out of memory (beside other evaluations, most likely):
+    a record `too_big`, given after a run alone, not a failed problem whose solutions get no record
+    at all (25 of KernelBench level 1's 100 on an H100, their references started beside others)."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Admission
+    from harness.problems import find_problem
+    from harness.records.result import Status
+    prob_file = tmp_path / "big_init.py"
+    prob_file.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        raise MemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')\n\n"
+        "    def forward(self, x):\n        return x\n\n\ndef get_inputs():\n    return [torch.randn(4)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
+    finally:
+        rt.close()
+    assert not out.problem_failed and out.record is not None, out.error
+    assert out.record.status == Status.too_big and "rerun_alone" in out.record.flags, out.record
+    assert "Model failed to build" in out.record.error

@@ -63,7 +63,7 @@ RERUN_ALONE = (Status.runtime_error, Status.interface_error, Status.too_big)
 # segfaults, would do so alone too, and re-running every such one cost a warm batch 4-10 s each.
 # Matching too much only costs that time again; matching too little would keep a neighbour's verdict.
 NEIGHBOUR_CAUSED = re.compile(r"out of memory|OutOfMemory|alloc|NOT_INITIALIZED|CUDNN_STATUS_INTERNAL_ERROR"
-                              r"|ERROR_OUT_OF_MEMORY|SIGKILL|SIGBUS|std::bad_alloc"
+                              r"|ERROR_OUT_OF_MEMORY|MemoryError|SIGKILL|SIGBUS|std::bad_alloc"
                               # a neighbour may have killed the fork server its process came from
                               r"|fork server was killed"
                               # the host's free memory, which neighbours take too, could not hold a trial
@@ -363,8 +363,6 @@ class SlotRuntime:
         standby = self._standby(task.cfg)
         if session.worker is None and session.standby is None:
             session.standby = standby  # its reference starts from there too (Standby.take)
-        if task.cfg.batch.early_reference and self.slot.device == "cuda":
-            self._early_reference(key, session)
         drop = False
 
         def run(hold: Hold):
@@ -381,18 +379,27 @@ class SlotRuntime:
         admission = self._admission(task.cfg)
         gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
         try:
-            hold = admission.hold(session.need or PROVISIONAL, gpu)
+            hold = admission.hold(session.need or PROVISIONAL, gpu, measured=lambda: session.need)
         except BaseException:
             self._release(key, session, False)
             raise
         before_start = hold.waited_s  # in no phase of evaluate(), so not in its total either
+        waited = 0.0
+        if task.cfg.batch.early_reference and self.slot.device == "cuda":
+            # inside the hold: a reference's start takes device memory (its inputs, in its warm-up)
+            self._early_reference(key, session)
         try:
             self.gate.reset_seen()
             rec = run(hold)
-            if self.gate.shared_seen and neighbour_may_have_caused(rec):
-                # it failed while other evaluations shared the device, whose memory use may be the
-                # cause: the verdict comes from a run on its own
+            if neighbour_may_have_caused(rec) and (self.gate.shared_seen or rec.status == Status.too_big):
+                # it failed while other evaluations shared the device (or idle processes kept memory
+                # there), whose memory use may be the cause: the verdict comes from a run on its own,
+                # once every other evaluation on the device has ended and idle processes are closed
+                # (memory.Admission.alone)
                 first = rec.status.value
+                waited += hold.waited_s
+                hold.release()
+                hold = admission.alone(gpu)
                 with self.gate.alone():
                     rec = run(hold)
                 self.reruns += 1
@@ -420,7 +427,7 @@ class SlotRuntime:
             hold.release()
             self._release(key, session, drop)
         if out.record is not None:
-            out.record.phases.memory_wait_s = hold.waited_s
+            out.record.phases.memory_wait_s = waited + hold.waited_s
             out.record.phases.total_s += before_start
         out.busy_s = time.perf_counter() - t0
         return out
@@ -438,7 +445,8 @@ class SlotRuntime:
         with self._lock:
             idle = [k for k, v in self.sessions.items() if not self._users[id(v)] and id(v) not in self._starting]
             for k in idle:
-                self._doomed[id(self.sessions[k])] = self.sessions.pop(k)
+                gone = self.sessions.pop(k)
+                self._doomed[id(gone)] = gone
         self._close_doomed()
 
     def retire(self, key: str) -> None:

@@ -34,8 +34,11 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     t0 = ctx.clock()
     phases.trials_s = phases.reference_s = 0.0
     t1 = ctx.clock()
-    with gate.stoppable() as phase:
-        ref.start(on_worker=phase.add)
+    try:
+        with gate.stoppable() as phase:
+            ref.start(on_worker=phase.add)
+    except ReferenceTooBig as e:
+        raise Failure(Status.too_big, str(e)) from None
     res.env = ref.env
     phases.reference_s += ctx.clock() - t1
     custom_calls, grow_wait = 0, 0.0

@@ -16,7 +16,7 @@ from ..baselines import CompiledBaseline
 from ..process.worker import STOP_CREDIT_S, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records.messages import QuietCommand
 from ..records.result import Status
-from ..reference import ReferenceSession
+from ..reference import ReferenceSession, ReferenceTooBig
 from ..timing.clocks import clock_checks
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
 from ..timing.stats import pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
@@ -350,7 +350,10 @@ def _compile_ahead(ctx: Context, ref: ReferenceSession) -> Optional[str]:
                 error = f"torch.compile(Model) did not finish within {to:g} s"
             if error is not None:
                 ref.close()
-                ref.start(on_worker=phase.add)
+                try:
+                    ref.start(on_worker=phase.add)
+                except ReferenceTooBig as e:  # Inductor's memory may be why; alone it may fit (a batch reruns it)
+                    raise Failure(Status.too_big, str(e)) from None
             return error
     finally:
         ctx.phases.processes_s += ctx.clock() - t0
