@@ -225,7 +225,7 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
         os._exit(130)
     if as_json:
         from .leaderboard import label_summary, load_records, summary_json
-        df = load_records([summary.run_dir])
+        df = load_records([summary.run_dir], signed_only=True)
         sys.stdout.write((summary_json(label_summary(df)) if not df.empty else "[]") + "\n")
     if _exit_fast:
         sys.stdout.flush()
@@ -239,7 +239,9 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
               "summary beside it as <stem>_summary.csv.")
 @click.option("--markdown", "md_path", default=None, help="Write both tables as Markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON instead of tables.")
-def leaderboard_cmd(runs, csv_path, md_path, as_json):
+@click.option("--signed-only", is_flag=True, help="Only records this machine's harness signed (its key: "
+              "~/.cache/harness-private/record.key); others, forged or from elsewhere, are left out.")
+def leaderboard_cmd(runs, csv_path, md_path, as_json, signed_only):
     """Merge runs' results.jsonl (RUN folders or files) into per-problem and per-label tables."""
     from pathlib import Path
 
@@ -247,7 +249,7 @@ def leaderboard_cmd(runs, csv_path, md_path, as_json):
                               summary_json, warn_mixed, write_csv)
 
     try:
-        df = load_records(runs)
+        df = load_records(runs, signed_only=signed_only)
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
     if df.empty:

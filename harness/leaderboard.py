@@ -35,13 +35,18 @@ def results_file(run: str | Path) -> Path:
     return p / "results.jsonl" if p.is_dir() else p
 
 
-def load_records(runs: Iterable[str | Path]) -> pd.DataFrame:
+def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.DataFrame:
+    """One row per record of the runs. `signed_only`: only records this harness signed
+    (records/signing.py): a run's own tables, which a forged line must not enter."""
+    from .records.signing import verified
     rows = []
     for order, run in enumerate(runs):
         path = results_file(run)
         if not path.exists():
             raise FileNotFoundError(f"no results at {path}")
         for n, line in enumerate(path.read_text().splitlines()):
+            if signed_only and (line := verified(line)) is None:
+                continue
             try:
                 r = json.loads(line)
             except ValueError:

@@ -112,6 +112,17 @@ def import_file(path: str | Path, module_name: str) -> types.ModuleType:
     return mod
 
 
+def import_source(text: str, path: str | Path, module_name: str) -> types.ModuleType:
+    """A module run from `text` (what the parent read and hashed), named after `path` for tracebacks."""
+    import linecache
+    mod = types.ModuleType(module_name)
+    mod.__file__ = str(path)
+    sys.modules[module_name] = mod
+    linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))  # tracebacks show what ran
+    exec(compile(text, str(path), "exec"), mod.__dict__)
+    return mod
+
+
 def meta(mod: types.ModuleType) -> dict[str, Any]:
     m = getattr(mod, "HARNESS_META", None)
     return dict(m) if isinstance(m, dict) else {}

@@ -383,3 +383,38 @@ def test_compile_plan_starts_a_build_per_core(monkeypatch):
     assert compile_plan("cuda", workers=3, cores=16) == (3, 2)
     monkeypatch.setenv("MAX_JOBS", "4")
     assert compile_plan("cuda", cores=16) == (16, 4)
+
+
+def test_resume_passes_over_records_the_harness_did_not_sign(tmp_path):
+    """A solution as the harness's uid (no jail) appends a record of itself to results.jsonl (passed,
+    42x, in the harness's format with the right hashes) and kills the batch
+    (tests/adversarial/sandbox/forge_record.py). The forged line names its item exactly, so a resume
+    that read every line would call that item done; it carries no MAC of the harness's key, so
+    --resume passes over it, runs the item again, and its zeros are judged: incorrect. The run's
+    leaderboard counts signed records only."""
+    from harness.batch.runfolder import read_records
+    subs = tmp_path / "subs" / "m" / "relu_add"
+    write(subs / "honest.py", GOOD.format("torch.relu(a + b)"))
+    shutil.copy(ROOT / "tests" / "adversarial" / "sandbox" / "forge_record.py", subs / "forge_record.py")
+    cfg, run = cli_config(tmp_path), tmp_path / "run"
+    cfg.write_text(cfg.read_text().replace("cpu_concurrent_evaluations = 2", "cpu_concurrent_evaluations = 1")
+                   + '[hardening]\nsandbox = "off"\n')
+    env = {**os.environ, "ATTACK_RUN_DIR": str(run), "ATTACK_PROBLEM": str(PROBLEMS / "relu_add.py"),
+           "ATTACK_LABEL": "m"}
+    p = batch(tmp_path / "subs", "--problems", PROBLEMS, "--out", run, cfg=cfg, env=env, start_new_session=True)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    assert (tmp_path / "run.forged").exists()
+    everything, _ = read_records(run / "results.jsonl")
+    forged = [r for r in everything if r.get("speedup") == 42.0]
+    assert len(forged) == 1 and Path(forged[0]["solution"]).name == "forge_record.py"  # the attack's line is there
+    signed, passed_over = read_records(run / "results.jsonl", signed_only=True)
+    assert passed_over == 1 and not any(r.get("speedup") == 42.0 for r in signed)
+
+    p = batch(tmp_path / "subs", "--problems", PROBLEMS, "--out", run, "--resume", cfg=cfg, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "1 line(s)" in p.stderr and "no valid signature" in p.stderr
+    signed, passed_over = read_records(run / "results.jsonl", signed_only=True)
+    status = {Path(r["solution"]).name: r["status"] for r in signed}
+    assert status == {"honest.py": "passed", "forge_record.py": "incorrect"}, status
+    board = pd.read_csv(run / "leaderboard.csv")  # one row: (m, relu_add), its best solution the honest one
+    assert len(board) == 1 and board["best_speedup"].max() < 10 and board["passed"].sum() == 1, board.to_dict("records")

@@ -42,14 +42,29 @@ def _problem_copy(d: Path) -> Path:
 
 
 def test_a_solution_cannot_rewrite_what_the_judge_reads(open_dir, monkeypatch):
-    off, on = open_dir / "off", open_dir / "on"
-    for d in (off, on):
+    """Two defences against the same attack (rewriting the problem's file at import, before the
+    reference starts): jailed, the file is not the solution's to write; unjailed, it is rewritten,
+    yet the processes run the problem's text as the parent read and hashed it (Setup.problem_source),
+    not the file. Without either, the rewritten reference computes zeros too: passed."""
+    from harness.reference import ReferenceSession
+    off, on, bare = open_dir / "off", open_dir / "on", open_dir / "bare"
+    for d in (off, on, bare):
         d.mkdir()
+    plain = ReferenceSession.setup_for
+    with monkeypatch.context() as m:  # no bytes from the parent: the children read the file
+        m.setattr(ReferenceSession, "setup_for", lambda self, *a, **k: plain(self, *a, **k).model_copy(
+            update={"problem_source": None}))
+        prob = _problem_copy(bare)
+        m.setenv("ATTACK_PROBLEM_COPY", str(prob))
+        r = _evaluate(ATTACKS / "rewrite_problem.py", prob, bare / "cache", "off")
+        assert r.status.value == "passed" and "own_uid" not in r.protections  # the attack works
+        assert "zeros_like" in prob.read_text()
+
     prob = _problem_copy(off)
     monkeypatch.setenv("ATTACK_PROBLEM_COPY", str(prob))
     r = _evaluate(ATTACKS / "rewrite_problem.py", prob, off / "cache", "off")
-    assert r.status.value == "passed" and "own_uid" not in r.protections  # the attack works unjailed
-    assert "zeros_like" in prob.read_text()
+    assert "zeros_like" in prob.read_text()  # rewritten, but not what ran
+    assert r.status.value == "incorrect", (r.error, r.log_tail)
 
     prob = _problem_copy(on)
     monkeypatch.setenv("ATTACK_PROBLEM_COPY", str(prob))

@@ -53,6 +53,7 @@ class BatchSummary:
     run_dir: Path
     items: int = 0
     resumed: int = 0
+    unsigned: int = 0  # --resume: lines of results.jsonl passed over, not signed by this harness
     records: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
@@ -73,7 +74,7 @@ class BatchSummary:
     reclaim_s: Optional[float] = None
 
     def to_json(self) -> dict:
-        return {"run_dir": str(self.run_dir), "items": self.items, "resumed": self.resumed,
+        return {"run_dir": str(self.run_dir), "items": self.items, "resumed": self.resumed, "unsigned": self.unsigned,
                 "records": self.records, "statuses": dict(self.statuses), "wall_s": round(self.wall_s, 3),
                 "setup_s": round(self.setup_s, 3), "shutdown_s": round(self.shutdown_s, 3),
                 "compiles": self.compiles, "compile_wall_s": round(self.compile_wall_s, 3),

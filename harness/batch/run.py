@@ -204,8 +204,13 @@ def _still_to_do(items: list[Item], cfg: Config, results_path: Path, summary: Ba
                  console) -> list[Item]:
     """--resume: the items without a record yet."""
     digest = cfg.digest()
+    records, passed_over = read_records(results_path, signed_only=True)
+    if passed_over:  # a line the harness did not sign (or altered since) proves nothing: its item runs again
+        summary.unsigned = passed_over
+        console.print(f"[yellow]{passed_over} line(s) of {results_path} carry no valid signature of this "
+                      "harness: passed over, their items run again[/]", highlight=False, soft_wrap=True)
     have = {record_key(r.get("label"), r.get("solution", ""), r.get("solution_hash"), r.get("problem_hash"),
-                       r.get("config_hash")) for r in read_records(results_path)}
+                       r.get("config_hash")) for r in records}
     todo = [it for it in items if record_key(it.label, str(it.path), it.solution_hash, it.problem.source_hash,
                                              digest) not in have]
     summary.resumed = len(items) - len(todo)
@@ -253,7 +258,7 @@ def _close_summary(summary: BatchSummary, t_start: float, pipe: Pipeline, execut
 
 def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
     from ..leaderboard import label_summary, load_records, per_problem, render_summary, write_csv
-    df = load_records([run_dir])
+    df = load_records([run_dir], signed_only=True)
     if not df.empty:
         pp, ls = per_problem(df), label_summary(df)
         write_csv(pp, ls, run_dir / "leaderboard.csv")

@@ -1,5 +1,6 @@
 """The run folder's files: its default name, its lock (one writer at a time), results.jsonl (read
-back for --resume, appended one record at a time) and events.jsonl (the run's timeline)."""
+back for --resume, appended one record at a time, each signed: records/signing.py) and events.jsonl
+(the run's timeline)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -9,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from ..records import signing
 from ..records.result import EvalResult
 from .plan import BatchError
 
@@ -48,19 +50,28 @@ def record_key(label: Optional[str], solution: str, solution_hash, problem_hash,
     return (label or "", str(Path(solution).resolve()), solution_hash, problem_hash, config_hash)
 
 
-def read_records(path: Path) -> list[dict]:
-    out = []
+def read_records(path: Path, signed_only: bool = False) -> tuple[list[dict], int]:
+    """(records, lines passed over): `signed_only`, only the records this harness signed
+    (records/signing.py); every line that does not verify is counted and left out."""
+    out, passed_over = [], 0
     if not path.exists():
-        return out
+        return out, passed_over
     with open(path, "rb") as fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
+        for raw in fh:
+            if not raw.endswith(b"\n"):
                 break  # a line cut by a crash: that item is redone
+            line = raw.decode("utf-8", errors="replace")
+            if signed_only:
+                body = signing.verified(line)
+                if body is None:
+                    passed_over += bool(line.strip())
+                    continue
+                line = body
             try:
                 out.append(json.loads(line))
             except ValueError:
-                continue
-    return out
+                passed_over += 1
+    return out, passed_over
 
 
 class ResultsFile:
@@ -76,7 +87,7 @@ class ResultsFile:
         self.fh = open(path, "a", encoding="utf-8")
 
     def write(self, rec: EvalResult) -> None:
-        self.fh.write(rec.model_dump_json() + "\n")
+        self.fh.write(signing.signed(rec.model_dump_json()) + "\n")
         self.fh.flush()
         os.fsync(self.fh.fileno())
 

@@ -14,7 +14,7 @@ class Runner:
     def __init__(self, setup: dict):
         import torch
 
-        from ..problems import apply_sizes, import_file, meta
+        from ..problems import apply_sizes, import_file, import_source, meta
 
         self.torch = torch
         self.setup = setup
@@ -27,7 +27,8 @@ class Runner:
             torch.backends.cuda.matmul.allow_tf32 = False
         if self.device == "cpu" and setup.cpu_threads:
             torch.set_num_threads(int(setup.cpu_threads))
-        self.problem = import_file(setup.problem_path, "problem_module")
+        self.problem = (import_source(setup.problem_source, setup.problem_path, "problem_module")
+                        if setup.problem_source is not None else import_file(setup.problem_path, "problem_module"))
         self.meta = meta(self.problem)
         if setup.size == "small":
             apply_sizes(self.problem, self.meta.get("small", {}))

@@ -46,6 +46,9 @@ class Setup(_Strict):
     device: str
     solution_path: Optional[str] = None
     problem_path: Optional[str] = None
+    # the problem's text as the parent read it (the record's problem_hash is its hash): the child runs
+    # these bytes, so a file rewritten after discovery (by a solution not jailed) changes no verdict
+    problem_source: Optional[str] = None
     size: Optional[str] = None
     dtype: Optional[str] = None
     cpu_threads: Optional[int] = None

@@ -1,7 +1,8 @@
 # Wrong outputs (zeros) that pass by rewriting the judge's yardstick: at import, before the reference
 # has started, it rewrites the problem's file so that the reference computes zeros too (the same
 # holds for the harness's own bytecode, a problem's __pycache__, the build cache or results.jsonl).
-# As the harness's uid it succeeds (passed, a false verdict); as a uid of its own the file is not
+# As the harness's uid it rewrites the file, which changes nothing where the processes run the bytes the
+# parent read (Setup.problem_source); as a uid of its own the file is not
 # its to write and the wrong outputs are judged (incorrect). Run by tests/test_sandbox.py on a copy
 # of a problem, never on the repository's.
 import os
