@@ -18,6 +18,11 @@ An evaluation that ran out of memory beside others runs again alone (`Admission.
 other evaluation on its GPU has ended and idle processes were closed, with no newcomer admitted until
 it ends; only then does `too_big` stand.
 
+A measured need is kept on disk (`save_need`, under the build cache's folder, written by the parent
+alone), keyed by the problem's bytes, size, dtype, device model and torch: the next run of the problem
+(a --resume, the next batch, an RL loop's next generations) starts it with that need instead of as a
+first run. It is a first guess only: the first trial measures it again, and the hold grows or shrinks.
+
 An evaluation is admitted while what the host (its GPU) has available now, less a margin and less
 what the other evaluations hold, covers its need: on the host everything they hold (part of it may
 be taken already, so this counts it twice rather than risk the machine), on a GPU only what their
@@ -27,10 +32,17 @@ larger than the machine fails by itself, as `too_big`, instead of waiting for ev
 """
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Optional
+
+from pydantic import BaseModel, ValidationError
 
 GB = 1 << 30
 HOST_MARGIN = 2 * GB   # kept free on the host beyond every hold: the kernel, the build children
@@ -307,3 +319,55 @@ class Hold:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# -- needs kept on disk ------------------------------------------------------------------------------
+
+class KeptNeed(BaseModel):
+    """A problem's measured need on one device model and torch (memory.measured), as last measured."""
+
+    key: str
+    problem: str
+    host: int
+    gpu: int
+    measured_at: str
+
+
+def gpu_name(visible: Optional[str]) -> Optional[str]:
+    from .timing.monitor import nvml_handle
+    nvml, h = nvml_handle(visible)
+    try:
+        return str(nvml.nvmlDeviceGetName(h)) if h is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str]) -> str:
+    from .build import torch_versions
+    parts = [problem_hash, size, dtype, device, device_name, torch_versions()[0]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def _need_file(cache_dir: str, key: str) -> Path:
+    return Path(cache_dir).resolve() / "needs" / f"{key}.json"
+
+
+def load_need(cache_dir: str, key: str) -> Optional[Need]:
+    try:
+        kept = KeptNeed.model_validate_json(_need_file(cache_dir, key).read_text())
+    except (OSError, ValidationError, ValueError):
+        return None
+    return Need(host=kept.host, gpu=kept.gpu, measured=True) if kept.key == key else None
+
+
+def save_need(cache_dir: str, key: str, problem: str, need: Need) -> None:
+    path = _need_file(cache_dir, key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = KeptNeed(key=key, problem=problem, host=need.host, gpu=need.gpu,
+                        measured_at=_dt.datetime.now().isoformat(timespec="seconds"))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(kept.model_dump_json())
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache: the next run measures it again

@@ -188,6 +188,7 @@ class ReferenceSession:
     rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(128)))
     plan: Optional[TrialPlan] = None
     need: Optional["Need"] = None  # measured on the first trial (memory.measured)
+    expected: Optional["Need"] = None  # measured by an earlier run (memory.load_need): admission's first guess
     env: Optional[EnvInfo] = None
     worker: Optional[Worker] = None
     seconds: float = 0.0

@@ -392,3 +392,35 @@ def test_a_reference_out_of_memory_as_it_starts_gets_too_big_after_a_run_alone(t
     assert not out.problem_failed and out.record is not None, out.error
     assert out.record.status == Status.too_big and "rerun_alone" in out.record.flags, out.record
     assert "Model failed to build" in out.record.error
+
+
+def test_a_measured_need_is_kept_for_the_next_run_of_the_problem(tmp_path):
+    """The first run of a problem measures its need; the parent keeps it under the cache folder, and
+    the next run (another batch, a --resume) is admitted with it instead of as a first run, which on
+    a GPU would go one at a time holding all that is left."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import PROVISIONAL, Admission
+    from harness.problems import find_problem
+    from harness.records.result import Status
+    sol = tmp_path / "relu.py"
+    sol.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                   "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "cache_dir": str(tmp_path / "cache")})
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    asked = []
+
+    class Spy(Admission):
+        def hold(self, need=PROVISIONAL, gpu=None, measured=None):
+            asked.append(need)
+            return super().hold(need, gpu, measured)
+
+    for i in range(2):
+        rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Spy())
+        try:
+            out = rt.evaluate(EvalTask(i, str(sol), prob, None, cfg, None))
+        finally:
+            rt.close()
+        assert out.record.status == Status.passed, out.record.error
+    assert asked[0].first and not asked[1].first and asked[1].measured and asked[1].host > 0
+    kept = list((tmp_path / "cache" / "needs").glob("*.json"))
+    assert len(kept) == 1 and '"problem":"relu_add"' in kept[0].read_text()

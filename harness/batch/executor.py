@@ -34,7 +34,7 @@ from typing import Optional, Protocol
 from ..build import build_child, child_env
 from ..config import Config
 from ..cpus import Lender
-from ..memory import PROVISIONAL, Admission, Hold
+from ..memory import PROVISIONAL, Admission, Hold, gpu_name, load_need, need_key, save_need
 from ..process.standby import Standby
 from ..process.worker import close_all
 from ..problems import Problem
@@ -261,6 +261,7 @@ class SlotRuntime:
         self._starting: set[int] = set()  # sessions being started ahead of their evaluations
         self._starters: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._gpu_name: Optional[str] = None  # the slot's GPU model, for the needs kept on disk
 
     def _session(self, problem: Problem, cfg: Config):
         from ..reference import ReferenceSession
@@ -276,10 +277,17 @@ class SlotRuntime:
                     self._doomed[id(old)] = old
                 s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype,
                                      env_extra=dict(self.slot.env), on_start=self._count_start)
+                s.expected = load_need(cfg.cache_dir, self._need_key(problem))
                 self.sessions[key] = s
             self._users[id(s)] += 1
         self._close_doomed()
         return s
+
+    def _need_key(self, problem: Problem) -> str:
+        gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
+        if self.slot.device == "cuda" and self._gpu_name is None:
+            self._gpu_name = gpu_name(gpu) or "?"
+        return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self._gpu_name)
 
     def _count_start(self) -> None:
         with self._lock:
@@ -379,7 +387,7 @@ class SlotRuntime:
         admission = self._admission(task.cfg)
         gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
         try:
-            hold = admission.hold(session.need or PROVISIONAL, gpu, measured=lambda: session.need)
+            hold = admission.hold(session.need or session.expected or PROVISIONAL, gpu, measured=lambda: session.need)
         except BaseException:
             self._release(key, session, False)
             raise
@@ -406,6 +414,9 @@ class SlotRuntime:
                 rec.flags.append("rerun_alone")
                 rec.timing_method.setdefault("first_try_while_shared", first)
             out.record = rec
+            if session.need is not None and session.need != session.expected:
+                session.expected = session.need
+                save_need(task.cfg.cache_dir, self._need_key(task.problem), task.problem.name, session.need)
             # a reference that died, or that may have a reply still in flight (it timed out mid-round),
             # is not reused: the next solution of this problem gets a fresh one. A candidate that
             # timed out on its own (a hang in its trials) leaves the reference as it was: restarting
