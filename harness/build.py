@@ -95,7 +95,10 @@ def child_env(ext_dir: Optional[Path], device: str, extra: Optional[dict[str, st
                TRITON_CACHE_DIR=str(priv / "triton"))
     if ext_dir is not None:
         env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    # no empty entry: one would put the current folder on the children's path (a jailed solution may
+    # write there a `harness` package the reference, as root, would import: found by a helper's attack)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                         *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     # A fixed mmap threshold: glibc's dynamic one depends on each process's allocation history, so

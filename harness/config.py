@@ -110,6 +110,9 @@ class Hardening(_Section):
     max_speedup: float = Field(50.0, gt=0)
     protect_parent: bool = True
     sandbox: Literal["auto", "on", "off"] = "auto"
+    # what a jailed process and everything it starts may take of the host's memory (cgroups.py);
+    # 0: half the host's
+    jail_memory_gb: float = Field(0.0, ge=0)
     gap_abs_ms: float = 0.02
     gap_rel: float = 0.25
     wall_abs_ms: float = 0.05
@@ -156,7 +159,7 @@ class Config(_Section):
         nor where outputs are judged: the same code judges them wherever they are, nor the sandbox,
         which every record lists in `protections`)."""
         d = self.model_dump(exclude={"cache_dir": True, "timeouts": True, "batch": True, "memory": True,
-                                     "correctness": {"judge"}, "hardening": {"sandbox"}})
+                                     "correctness": {"judge"}, "hardening": {"sandbox", "jail_memory_gb"}})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -342,9 +342,9 @@ def gpu_name(visible: Optional[str]) -> Optional[str]:
         return None
 
 
-def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str]) -> str:
-    from .build import torch_versions
-    parts = [problem_hash, size, dtype, device, device_name, torch_versions()[0]]
+def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str],
+             torch_version: str) -> str:
+    parts = [problem_hash, size, dtype, device, device_name, torch_version]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 

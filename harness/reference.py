@@ -319,7 +319,7 @@ class ReferenceSession:
                 self.close()
 
     def setup_for(self, role: str, solution_path: Optional[str] = None) -> Setup:
-        return Setup(role=role, problem_path=str(self.problem.path), problem_source=self.problem.text or None,
+        return Setup(role=role, problem_path=str(self.problem.path), problem_source=self.problem.text,
                      solution_path=solution_path, device=self.device,
                      size=self.size, dtype=self.dtype, cpu_threads=self.cfg.timing.cpu_threads,
                      allow_tf32=self.cfg.correctness.allow_tf32)

@@ -256,9 +256,10 @@ class Jails:
             atexit.register(remove_tree, self._base)
         return self._base
 
-    def make(self, ext_dir: Optional[Path], solution: Optional[Path]) -> Jail:
+    def make(self, ext_dir: Optional[Path], solution: Optional[Path], memory_bytes: Optional[int] = None) -> Jail:
         """A fresh uid, its home, and (given the solution's file) a copy of the solution it may read
-        wherever the original lies; `ext_dir` (the solution's extensions) opened to its group."""
+        wherever the original lies; `ext_dir` (the solution's extensions) opened to its group; a
+        control group capped at `memory_bytes` (None: half the host's) and NPROC processes."""
         with self._lock:
             while True:
                 uid = UID_BASE + secrets.randbelow(UID_SPAN)
@@ -281,10 +282,14 @@ class Jails:
                 os.chown(os.path.join(root, f), uid, gid)
         if ext_dir is not None:
             open_to(ext_dir, gid)
-        return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None)
+        from . import cgroups
+        groups = cgroups.make(f"jail-{uid}", memory_bytes or default_memory_cap(), NPROC)
+        return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups)
 
     def release(self, jail: Jail) -> None:
         kill_all(jail.uid)
+        from . import cgroups
+        cgroups.remove(jail.cgroups)
         remove_tree(jail.home)
         remove_leftovers(jail.uid)
         with self._lock:
@@ -292,6 +297,12 @@ class Jails:
 
 
 JAILS = Jails()
+
+
+def default_memory_cap() -> int:
+    from .memory import host_memory
+    _, total = host_memory()
+    return (total or 8 << 30) // 2
 
 
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
@@ -319,6 +330,8 @@ def enter(jail: Jail) -> None:
                       USER="solution", LOGNAME="solution")  # getpass finds no passwd entry for the uid
     tempfile.tempdir = None
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
+    from . import cgroups
+    cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
     become(jail.uid, jail.gid)
     import resource
     # its processes and threads, together (the uid is its alone): no fork bomb takes the machine's pids
@@ -334,5 +347,8 @@ def protections(jailed: bool) -> list[str]:
     """What a record says was in force around its solution's code."""
     out = ["private_pipe", "nondumpable_reference"]
     if jailed:
+        from . import cgroups
         out += ["own_uid", "read_only_harness", "private_home", "no_network"]
+        if cgroups.available() is None:
+            out.append("memory_cap")
     return out

@@ -392,7 +392,7 @@ def test_resume_passes_over_records_the_harness_did_not_sign(tmp_path):
     that read every line would call that item done; it carries no MAC of the harness's key, so
     --resume passes over it, runs the item again, and its zeros are judged: incorrect. The run's
     leaderboard counts signed records only."""
-    from harness.batch.runfolder import read_records
+    from harness.batch.runfolder import read_records, run_id
     subs = tmp_path / "subs" / "m" / "relu_add"
     write(subs / "honest.py", GOOD.format("torch.relu(a + b)"))
     shutil.copy(ROOT / "tests" / "adversarial" / "sandbox" / "forge_record.py", subs / "forge_record.py")
@@ -407,13 +407,13 @@ def test_resume_passes_over_records_the_harness_did_not_sign(tmp_path):
     everything, _ = read_records(run / "results.jsonl")
     forged = [r for r in everything if r.get("speedup") == 42.0]
     assert len(forged) == 1 and Path(forged[0]["solution"]).name == "forge_record.py"  # the attack's line is there
-    signed, passed_over = read_records(run / "results.jsonl", signed_only=True)
+    signed, passed_over = read_records(run / "results.jsonl", signed_only=True, run_id=run_id(run))
     assert passed_over == 1 and not any(r.get("speedup") == 42.0 for r in signed)
 
     p = batch(tmp_path / "subs", "--problems", PROBLEMS, "--out", run, "--resume", cfg=cfg, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "1 line(s)" in p.stderr and "no valid signature" in p.stderr
-    signed, passed_over = read_records(run / "results.jsonl", signed_only=True)
+    signed, passed_over = read_records(run / "results.jsonl", signed_only=True, run_id=run_id(run))
     status = {Path(r["solution"]).name: r["status"] for r in signed}
     assert status == {"honest.py": "passed", "forge_record.py": "incorrect"}, status
     board = pd.read_csv(run / "leaderboard.csv")  # one row: (m, relu_add), its best solution the honest one

@@ -74,3 +74,38 @@ def test_leaderboard_merges_two_runs(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
+
+
+def test_signed_records_stay_whole_and_belong_to_their_run(tmp_path):
+    """Records a run's tables count (records/signing.py): a record holding U+2028 (a solution's error
+    message) is one line for every reader, so it cannot drop out of the tables (a helper's attack hid
+    a failure that way, and a "{}" piece crashed the unsigned reader); a signed line copied from
+    another run does not verify in this one."""
+    import json
+
+    from harness.batch.runfolder import ResultsFile, read_records
+    from harness.leaderboard import load_records
+    from harness.records.result import EvalResult, Status
+
+    def run(name, rid):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"run_id": rid}))
+        return d, ResultsFile(d / "results.jsonl", rid)
+
+    d1, f1 = run("run1", "a" * 32)
+    d2, f2 = run("run2", "b" * 32)
+    f1.write(EvalResult(problem="p", solution="/s/ok.py", label="L", status=Status.passed, speedup=1.0))
+    f1.write(EvalResult(problem="q", solution="/s/bad.py", label="L", status=Status.runtime_error,
+                        error="boom\u2028{}\u2029hidden\x85"))
+    f2.write(EvalResult(problem="q", solution="/s/bad.py", label="L", status=Status.passed, speedup=9.0))
+    for f in (f1, f2):
+        f.close()
+    with open(d1 / "results.jsonl", "a") as fh:  # run2's signed line replayed into run1
+        fh.write((d2 / "results.jsonl").read_text())
+    df = load_records([d1], signed_only=True)
+    assert sorted(df["status"]) == ["passed", "runtime_error"] and 9.0 not in set(df["speedup"].dropna())
+    unsigned = load_records([d1])  # no crash on any piece; the replayed line wins (the last of an item)
+    assert 9.0 in set(unsigned["speedup"].dropna())
+    recs, passed_over = read_records(d1 / "results.jsonl", signed_only=True, run_id="a" * 32)
+    assert len(recs) == 2 and passed_over == 1

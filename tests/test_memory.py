@@ -183,7 +183,9 @@ def test_a_batch_under_a_small_budget_runs_its_evaluations_one_after_another(tmp
     sol = tmp_path / "relu.py"
     sol.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                    "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
-    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "memory.host_gb": 1.5})
+    # a cache of its own: no need kept by an earlier run (memory.save_need) to start from
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "memory.host_gb": 1.5,
+                                       "cache_dir": str(tmp_path / "cache")})
     prob = find_problem(TESTS / "problems" / "relu_add.py")
     adm = Admission(1.5)
     rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}, concurrency=2), "small", None, None, 2,

@@ -28,9 +28,9 @@ def open_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _evaluate(solution: Path, problem: Path, cache: Path, sandbox: str):
+def _evaluate(solution: Path, problem: Path, cache: Path, sandbox: str, **overrides):
     from harness.evaluation import evaluate
-    cfg = make_config(**{"cache_dir": str(cache), "hardening.sandbox": sandbox, "device": "cpu"})
+    cfg = make_config(**{"cache_dir": str(cache), "hardening.sandbox": sandbox, "device": "cpu", **overrides})
     return evaluate(solution, problem, cfg)
 
 
@@ -268,3 +268,34 @@ def test_the_harnesss_children_keep_their_temporary_files_and_compiler_caches_ou
         for d in (p, p.parent):
             st = os.stat(d)
             assert st.st_uid == os.geteuid() and not st.st_mode & 0o077, d
+
+
+@pytest.mark.skipif(__import__("harness.cgroups", fromlist=["available"]).available() is not None,
+                    reason="no control groups here")
+def test_a_jailed_solution_cannot_take_more_memory_than_its_cap(open_dir):
+    """memory_hog.py touches 2 GiB at every call: unjailed it passes; jailed under a 1 GiB cap its
+    process is killed inside its own control group (runtime_error), the group is gone after."""
+    from harness import cgroups
+    prob = _problem_copy(open_dir)
+    r = _evaluate(ATTACKS / "memory_hog.py", prob, open_dir / "cache", "off")
+    assert r.status.value == "passed" and "memory_cap" not in r.protections
+    r = _evaluate(ATTACKS / "memory_hog.py", prob, open_dir / "cache", "on", **{"hardening.jail_memory_gb": 1.0})
+    assert "memory_cap" in r.protections and "own_uid" in r.protections
+    assert r.status.value == "runtime_error" and "SIGKILL" in (r.error or ""), (r.error, r.log_tail)
+    assert not [g for b in cgroups._bases or [] for g in b.iterdir() if g.is_dir()]  # every jail's group removed
+
+
+def test_code_planted_in_the_current_folder_is_not_imported_by_the_harnesss_children(open_dir, monkeypatch):
+    """A harness started from a folder the jailed uid may write (here 1777): plant_package.py writes a
+    `harness` package there at import. Children start with -P and a PYTHONPATH without an empty entry,
+    so the reference (root) does not import it and the zeros are judged: incorrect. (Started as
+    `python -m harness...` without -P, the reference ran the plant: passed.)"""
+    work = open_dir / "work"
+    work.mkdir()
+    os.chmod(work, 0o1777)
+    prob = _problem_copy(open_dir)
+    monkeypatch.chdir(work)
+    r = _evaluate(ATTACKS / "plant_package.py", prob, open_dir / "cache", "on")
+    assert "own_uid" in r.protections
+    assert (work / "harness" / "__init__.py").exists()  # the plant was made, as the attack intends
+    assert r.status.value == "incorrect", (r.error, r.log_tail)

@@ -90,7 +90,7 @@ class GpuProbe:
             return
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                [sys.executable, "-P", "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError:
             self.proc = None
 

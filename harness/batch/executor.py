@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
-from ..build import build_child, child_env
+from ..build import build_child, child_env, torch_versions
 from ..config import Config
 from ..cpus import Lender
 from ..memory import PROVISIONAL, Admission, Hold, gpu_name, load_need, need_key, save_need
@@ -287,7 +287,8 @@ class SlotRuntime:
         gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
         if self.slot.device == "cuda" and self._gpu_name is None:
             self._gpu_name = gpu_name(gpu) or "?"
-        return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self._gpu_name)
+        return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self._gpu_name,
+                        torch_versions()[0])
 
     def _count_start(self) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -34,7 +35,7 @@ from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
 from .executor import DeviceSlot, LocalExecutor
 from .pipeline import BatchSummary, Pipeline
 from .plan import BatchError, Item, Skipped, plan_items
-from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key
+from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key, run_id
 
 
 def kill_children() -> None:
@@ -102,7 +103,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
             items = _still_to_do(items, cfg, results_path, summary, console)
 
         executor, lender, compile_env = _make_executor(device, slots, cfg, compile_workers, size, dtype)
-        results = ResultsFile(results_path)
+        results = ResultsFile(results_path, run_id(run_dir))
         pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
                         verbose or not console.is_terminal, compile_env)
         summary.setup_s = time.perf_counter() - t_start
@@ -187,11 +188,15 @@ def _open_run_dir(run_dir: Path, cfg: Config, resume: bool, device: str, slots: 
     """Refuse a folder that holds results (unless resumed with the same config); write config.json
     and env.json."""
     results_path = run_dir / "results.jsonl"
-    cfg_json = {"digest": cfg.digest(), **cfg.model_dump()}
+    # the run's own id, inside every record's MAC (records/signing.py): a signed line of another run
+    # does not verify in this one
+    cfg_json = {"digest": cfg.digest(), "run_id": secrets.token_hex(16), **cfg.model_dump()}
     if run_dir.exists() and results_path.exists() and not resume:
         raise BatchError(f"{run_dir} already holds results; use --resume to finish it, or another --out")
     if resume and (run_dir / "config.json").exists():
-        old = json.loads((run_dir / "config.json").read_text()).get("digest")
+        kept = json.loads((run_dir / "config.json").read_text())
+        old = kept.get("digest")
+        cfg_json["run_id"] = str(kept.get("run_id") or cfg_json["run_id"])
         if old != cfg_json["digest"]:
             raise BatchError(f"{run_dir} was run with another config (digest {old}, now {cfg_json['digest']}): "
                              "its records would not be comparable; use another --out")
@@ -204,7 +209,7 @@ def _still_to_do(items: list[Item], cfg: Config, results_path: Path, summary: Ba
                  console) -> list[Item]:
     """--resume: the items without a record yet."""
     digest = cfg.digest()
-    records, passed_over = read_records(results_path, signed_only=True)
+    records, passed_over = read_records(results_path, signed_only=True, run_id=run_id(summary.run_dir))
     if passed_over:  # a line the harness did not sign (or altered since) proves nothing: its item runs again
         summary.unsigned = passed_over
         console.print(f"[yellow]{passed_over} line(s) of {results_path} carry no valid signature of this "

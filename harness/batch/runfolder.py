@@ -50,9 +50,18 @@ def record_key(label: Optional[str], solution: str, solution_hash, problem_hash,
     return (label or "", str(Path(solution).resolve()), solution_hash, problem_hash, config_hash)
 
 
-def read_records(path: Path, signed_only: bool = False) -> tuple[list[dict], int]:
-    """(records, lines passed over): `signed_only`, only the records this harness signed
-    (records/signing.py); every line that does not verify is counted and left out."""
+def run_id(run_dir: Path) -> str:
+    """The run's id (config.json), which every record's MAC covers; "" for a folder without one."""
+    try:
+        return str(json.loads((run_dir / "config.json").read_text()).get("run_id") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def read_records(path: Path, signed_only: bool = False, run_id: str = "") -> tuple[list[dict], int]:
+    """(records, lines passed over): `signed_only`, only the records this harness signed for the run
+    `run_id` (records/signing.py); every line that does not verify is counted and left out. Lines
+    end at "\n" alone, as written."""
     out, passed_over = [], 0
     if not path.exists():
         return out, passed_over
@@ -62,14 +71,19 @@ def read_records(path: Path, signed_only: bool = False) -> tuple[list[dict], int
                 break  # a line cut by a crash: that item is redone
             line = raw.decode("utf-8", errors="replace")
             if signed_only:
-                body = signing.verified(line)
+                body = signing.verified(line, run_id)
                 if body is None:
                     passed_over += bool(line.strip())
                     continue
                 line = body
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except ValueError:
+                passed_over += 1
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+            else:
                 passed_over += 1
     return out, passed_over
 
@@ -77,8 +91,8 @@ def read_records(path: Path, signed_only: bool = False) -> tuple[list[dict], int
 class ResultsFile:
     """results.jsonl, appended one record at a time, each on disk before the next item is counted."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, run_id: str = ""):
+        self.path, self.run_id = path, run_id
         if path.exists():  # drop a partial last line left by a crash, so appends stay one per line
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
@@ -87,7 +101,7 @@ class ResultsFile:
         self.fh = open(path, "a", encoding="utf-8")
 
     def write(self, rec: EvalResult) -> None:
-        self.fh.write(signing.signed(rec.model_dump_json()) + "\n")
+        self.fh.write(signing.signed(rec.model_dump_json(), self.run_id) + "\n")
         self.fh.flush()
         os.fsync(self.fh.fileno())
 

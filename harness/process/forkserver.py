@@ -85,7 +85,7 @@ class ForkServer:
         senv.update(_SERVER_ONLY_ENV)
         senv["PYTHONUNBUFFERED"] = "1"
         senv["HARNESS_FORKSERVER_FD"] = str(theirs.fileno())
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.process.forkserver"],
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "harness.process.forkserver"],
                                      stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                                      pass_fds=(theirs.fileno(),), env=senv, start_new_session=True,
                                      close_fds=True)

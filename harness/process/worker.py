@@ -109,7 +109,8 @@ class Worker:
         if self.standby:
             child_env["HARNESS_STANDBY"] = "1"
         self.proc = proc or subprocess.Popen(
-            [sys.executable, "-m", "harness.process.child"],
+            # -P: nothing from the current folder (a jailed solution may write there) shadows the harness
+            [sys.executable, "-P", "-m", "harness.process.child"],
             stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
             pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
             start_new_session=True, close_fds=True,

@@ -37,6 +37,7 @@ class Jail(_Strict):
     gid: int
     home: str
     solution_path: Optional[str] = None
+    cgroups: list[str] = Field(default_factory=list)  # its control groups, joined before the uid is (cgroups.py)
 
 
 class Setup(_Strict):

@@ -5,9 +5,10 @@ neither read the key nor write the run folder; a line added or edited by anythin
 of the harness's uid that is not the harness, another machine's run copied in, a hand edit) does
 not verify, and `--resume` and the run's own tables pass it over.
 
-The MAC covers the exact bytes of the record as written (`EvalResult.model_dump_json()`), so
-verifying needs no re-serialisation: the line is that JSON with `,"mac":"<hex>"` put before its
-closing brace.
+The MAC covers the run's id (config.json's `run_id`: a signed line copied from another run does not
+verify) and the exact bytes of the record as written (`EvalResult.model_dump_json()`, line breaks
+of every kind escaped), so verifying needs no re-serialisation: the line is that JSON with
+`,"mac":"<hex>"` put before its closing brace.
 """
 from __future__ import annotations
 
@@ -48,22 +49,33 @@ def key() -> bytes:
     return data
 
 
-def _mac(body: str) -> str:
-    return hmac.new(key(), body.encode(), hashlib.sha256).hexdigest()
+# characters JSON leaves as they are but str.splitlines() ends a line at: escaped, so that a record
+# (a solution's error message, say) is one line for every reader (found by a helper's attack: a
+# record split so by the leaderboard's reader dropped out of its tables)
+_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085", "\x1c": "\\u001c",
+           "\x1d": "\\u001d", "\x1e": "\\u001e", "\x0b": "\\u000b", "\x0c": "\\u000c"}
 
 
-def signed(body: str) -> str:
-    """The line for one record: its JSON object with its MAC as the last key."""
+def _mac(body: str, run_id: str) -> str:
+    return hmac.new(key(), f"{run_id}\n{body}".encode(), hashlib.sha256).hexdigest()
+
+
+def signed(body: str, run_id: str = "") -> str:
+    """The line for one record of the run `run_id`: its JSON object (line breaks of any kind
+    escaped) with its MAC as the last key."""
     if not body.endswith("}"):
         raise ValueError("a record is a JSON object")
-    return f'{body[:-1]},"mac":"{_mac(body)}"}}'
+    for ch, esc in _BREAKS.items():
+        body = body.replace(ch, esc)
+    return f'{body[:-1]},"mac":"{_mac(body, run_id)}"}}'
 
 
-def verified(line: str) -> Optional[str]:
-    """The record's JSON as signed, where `line` carries this key's MAC of it; else None."""
+def verified(line: str, run_id: str = "") -> Optional[str]:
+    """The record's JSON as signed, where `line` carries this key's MAC of it for the run `run_id`;
+    else None."""
     line = line.rstrip("\n")
     m = _TAIL.search(line)
     if m is None:
         return None
     body = line[:m.start()] + "}"
-    return body if hmac.compare_digest(m.group(1), _mac(body)) else None
+    return body if hmac.compare_digest(m.group(1), _mac(body, run_id)) else None

@@ -1,0 +1,155 @@
+"""A control group per jail (sandbox.py): a cap on the memory and on the processes of everything a
+jailed process runs, and the whole group killed when the jail is released.
+
+The uid of its own already bounds signals, files and (RLIMIT_NPROC) its process count; what it does
+not bound is memory: one solution could take the host's memory from every other evaluation and the
+harness itself. The kernel's memory controller does, with the OOM killer confined to the group.
+
+cgroup v2 (one hierarchy: the H100 machines) or v1 (a hierarchy per controller: this project's CI
+machines), whichever the machine mounts under /sys/fs/cgroup. The harness's own groups sit in a folder
+of the parent's (`harness-<pid>`), removed at exit. Unavailable (no controller, not root): jails run
+without, and records do not list `memory_cap`.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids")
+_lock = threading.Lock()
+_bases: Optional[list[Path]] = None  # the parent's folder in each hierarchy; [] where unavailable
+_why: Optional[str] = None
+
+
+def _v2() -> bool:
+    return (ROOT / "cgroup.controllers").exists()
+
+
+def _own_path(controller: Optional[str]) -> str:
+    """This process's group in a hierarchy: v2's ("0::/x"), or the v1 controller's ("4:memory:/x")."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if (controller is None and names == "") or (controller is not None and controller in names.split(",")):
+            return path
+    raise OSError(f"no {controller or 'v2'} hierarchy in /proc/self/cgroup")
+
+
+def _make_bases() -> list[Path]:
+    name = f"harness-{os.getpid()}"
+    if _v2():
+        have = (ROOT / "cgroup.controllers").read_text().split()
+        if not all(c in have for c in CONTROLLERS):
+            raise OSError(f"cgroup v2 lacks {', '.join(c for c in CONTROLLERS if c not in have)}")
+        # under the root: a group that holds processes (the harness's own) may not hand controllers on
+        base = ROOT / name
+        base.mkdir(exist_ok=True)
+        (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
+        return [base]
+    bases = []
+    for c in CONTROLLERS:
+        if not (ROOT / c).is_dir():
+            raise OSError(f"no cgroup v1 {c} hierarchy under {ROOT}")
+        base = ROOT / c / _own_path(c).lstrip("/") / name
+        base.mkdir(exist_ok=True)
+        bases.append(base)
+    return bases
+
+
+def available() -> Optional[str]:
+    """None where jails get a group of their own; else why not (once per process)."""
+    global _bases, _why
+    with _lock:
+        if _bases is None:
+            try:
+                if os.geteuid() != 0:
+                    raise OSError("the harness does not run as root")
+                _bases = _make_bases()
+                atexit.register(_remove_bases)
+            except (OSError, ValueError) as e:
+                _bases, _why = [], f"no control groups: {e}"
+        return _why if not _bases else None
+
+
+def make(name: str, memory_bytes: int, pids: int) -> list[str]:
+    """A group (one folder per hierarchy) capped at `memory_bytes` and `pids`; [] where unavailable."""
+    if available() is not None:
+        return []
+    made = []
+    try:
+        for base in _bases or []:
+            g = base / name
+            g.mkdir()
+            made.append(str(g))
+            if (g / "memory.max").exists():  # v2: both controllers in one folder
+                (g / "memory.max").write_text(str(memory_bytes))
+                (g / "memory.swap.max").exists() and (g / "memory.swap.max").write_text("0")
+                (g / "pids.max").write_text(str(pids))
+            elif (g / "memory.limit_in_bytes").exists():
+                (g / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            elif (g / "pids.max").exists():
+                (g / "pids.max").write_text(str(pids))
+    except OSError:
+        remove(made)
+        return []
+    return made
+
+
+def join(groups: list[str]) -> None:
+    """This process into its jail's groups (as root, before it gives up its uid): what it starts
+    follows it."""
+    for g in groups:
+        with open(Path(g) / "cgroup.procs", "w") as fh:
+            fh.write(str(os.getpid()))
+
+
+def memory_exceeded(groups: list[str]) -> bool:
+    """Whether the memory cap made the kernel kill (or refuse) something in the group."""
+    for g in map(Path, groups):
+        try:
+            if (g / "memory.events").exists():
+                events = dict(line.split() for line in (g / "memory.events").read_text().splitlines())
+                if int(events.get("oom_kill", 0)) or int(events.get("max", 0)):
+                    return True
+            elif (g / "memory.failcnt").exists() and int((g / "memory.failcnt").read_text()):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def remove(groups: list[str]) -> None:
+    """Every process left in the groups killed, and the groups removed."""
+    for g in map(Path, groups):
+        for _ in range(50):
+            try:
+                if (g / "cgroup.kill").exists():
+                    (g / "cgroup.kill").write_text("1")
+                else:
+                    for pid in (g / "cgroup.procs").read_text().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                g.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # still busy: its processes are exiting
+                time.sleep(0.01)
+
+
+def _remove_bases() -> None:
+    for base in _bases or []:
+        try:
+            for g in base.iterdir():
+                if g.is_dir():
+                    remove([str(g)])
+            base.rmdir()
+        except OSError:
+            pass
