@@ -214,27 +214,29 @@ def remember_build(ext_dir: Path, reply: CompileReply, log: str) -> None:
 
 
 def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,
-                     extra_env: Optional[dict[str, str]] = None,
-                     jailed: bool = False) -> tuple[Optional[CompileReply], Optional[str], str]:
+                     extra_env: Optional[dict[str, str]] = None, jailed: bool = False,
+                     memory_bytes: Optional[int] = None) -> tuple[Optional[CompileReply], Optional[str], str]:
     """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came."""
-    return build_child(module_path, ext_dir, device, timeout, extra_env, jailed=jailed)[:3]
+    return build_child(module_path, ext_dir, device, timeout, extra_env, jailed=jailed, memory_bytes=memory_bytes)[:3]
 
 
 def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
                 extra_env: Optional[dict[str, str]] = None, *, idle: bool = False,
                 cpus: Optional[set[int]] = None, lender: Optional[Lender] = None,
-                jailed: bool = False) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
+                jailed: bool = False, memory_bytes: Optional[int] = None
+                ) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
     """The build, in an isolated child: (reply, failure, log_tail, cpu_seconds). `idle`: a batch's
     build, at the lowest priority (so that it never slows an evaluation beside it) and with the CPU
     seconds of the child and everything it waited for (the compiler) counted; else cpu_seconds is
     None. `cpus`: where the child and its compilers may run (cpus.py); `lender`: and the timing
     CPUs it lends while nothing is timed. `jailed`: the child runs the solution as a uid of its own
-    (sandbox.py), writing only its extension directory."""
+    (sandbox.py), writing only its extension directory, its memory capped at `memory_bytes` (None:
+    the jail's default)."""
     known = remembered_failure(ext_dir) or remembered_build(ext_dir)
     if known is not None:
         return known[0], None, known[1], 0.0
     from .sandbox import JAILS, open_to
-    jail = JAILS.make(ext_dir, module_path) if jailed else None
+    jail = JAILS.make(ext_dir, module_path, memory_bytes) if jailed else None
     setup = Setup(role="compile", solution_path=jail.solution_path if jail else str(module_path), device=device,
                   jail=jail)
     w = Worker(setup, env=child_env(ext_dir, device, extra_env), cpus=cpus)

@@ -40,6 +40,20 @@ def _own_path(controller: Optional[str]) -> str:
     raise OSError(f"no {controller or 'v2'} hierarchy in /proc/self/cgroup")
 
 
+def _clear_stale(folder: Path) -> None:
+    """Groups left by harness processes that died without their exit handlers (SIGKILL, the OOM
+    killer): what still runs in them killed, the groups removed."""
+    for old in folder.glob("harness-*"):
+        try:
+            pid = int(old.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if pid == os.getpid() or Path(f"/proc/{pid}").exists():
+            continue
+        remove([str(g) for g in old.iterdir() if g.is_dir()])
+        remove([str(old)])
+
+
 def _make_bases() -> list[Path]:
     name = f"harness-{os.getpid()}"
     if _v2():
@@ -47,6 +61,7 @@ def _make_bases() -> list[Path]:
         if not all(c in have for c in CONTROLLERS):
             raise OSError(f"cgroup v2 lacks {', '.join(c for c in CONTROLLERS if c not in have)}")
         # under the root: a group that holds processes (the harness's own) may not hand controllers on
+        _clear_stale(ROOT)
         base = ROOT / name
         base.mkdir(exist_ok=True)
         (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
@@ -55,6 +70,7 @@ def _make_bases() -> list[Path]:
     for c in CONTROLLERS:
         if not (ROOT / c).is_dir():
             raise OSError(f"no cgroup v1 {c} hierarchy under {ROOT}")
+        _clear_stale(ROOT / c / _own_path(c).lstrip("/"))
         base = ROOT / c / _own_path(c).lstrip("/") / name
         base.mkdir(exist_ok=True)
         bases.append(base)
@@ -92,6 +108,14 @@ def make(name: str, memory_bytes: int, pids: int) -> list[str]:
                 (g / "pids.max").write_text(str(pids))
             elif (g / "memory.limit_in_bytes").exists():
                 (g / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                # v1 leaves TCP buffers uncharged unless they have a limit of their own (a helper's
+                # attack queued 2.3 GB on loopback in a user namespace of its own, outside the cap),
+                # and swap uncounted unless memsw is (absent where the kernel does not account swap)
+                for extra in ("memory.kmem.tcp.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+                    try:
+                        (g / extra).write_text(str(memory_bytes))
+                    except OSError:
+                        pass
             elif (g / "pids.max").exists():
                 (g / "pids.max").write_text(str(pids))
     except OSError:

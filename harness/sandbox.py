@@ -299,6 +299,11 @@ class Jails:
 JAILS = Jails()
 
 
+def memory_cap(jail_memory_gb: float) -> Optional[int]:
+    """`[hardening] jail_memory_gb` in bytes; None: the default (half the host's)."""
+    return int(jail_memory_gb * 2**30) if jail_memory_gb else None
+
+
 def default_memory_cap() -> int:
     from .memory import host_memory
     _, total = host_memory()

@@ -299,3 +299,24 @@ def test_code_planted_in_the_current_folder_is_not_imported_by_the_harnesss_chil
     assert "own_uid" in r.protections
     assert (work / "harness" / "__init__.py").exists()  # the plant was made, as the attack intends
     assert r.status.value == "incorrect", (r.error, r.log_tail)
+
+
+@pytest.mark.skipif(__import__("harness.cgroups", fromlist=["available"]).available() is not None,
+                    reason="no control groups here")
+def test_the_build_jail_takes_the_configured_memory_cap_and_stale_groups_are_cleared(open_dir):
+    """memory_hog_at_build.py touches 2 GiB at import, in the build child too: under a 1 GiB cap the
+    build child is killed inside its group (runtime_error); unjailed it passes. Groups a dead harness left behind (a
+    SIGKILLed batch) are cleared by the next harness's start."""
+    from harness import cgroups
+    prob = _problem_copy(open_dir)
+    r = _evaluate(ATTACKS / "memory_hog_at_build.py", prob, open_dir / "cache", "off")
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    r = _evaluate(ATTACKS / "memory_hog_at_build.py", prob, open_dir / "cache2", "on",
+                  **{"hardening.jail_memory_gb": 1.0})
+    assert r.status.value == "runtime_error" and "imported for its build" in r.error and "SIGKILL" in r.error, \
+        (r.status, r.error, r.log_tail)
+    for base in cgroups._bases or []:  # a dead harness's folder, with a jail's group in it
+        stale = base.parent / "harness-999999999"
+        (stale / "jail-1").mkdir(parents=True)
+        cgroups._clear_stale(base.parent)
+        assert not stale.exists()

@@ -35,8 +35,9 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
     if prebuilt is not None:
         creply, failure, log = prebuilt
     elif builds_extensions(sol.code):
+        from ..sandbox import memory_cap
         creply, failure, log = compile_solution(module, ext, ctx.device, cfg.timeouts.compile_s, ctx.env_extra,
-                                                  jailed=ctx.jailed)
+                                                  jailed=ctx.jailed, memory_bytes=memory_cap(cfg.hardening.jail_memory_gb))
     else:  # nothing to build: parse here (no execution); the candidate's import reports the rest
         creply, failure, log = parse_only(sol.code, str(module)), None, ""
     ctx.phases.compile_s = time.perf_counter() - t0

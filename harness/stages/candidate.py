@@ -40,8 +40,8 @@ class CandidateProcesses:
         jail = None
         if self.ctx.jailed:
             from ..sandbox import JAILS
-            cap = self.ctx.cfg.hardening.jail_memory_gb
-            jail = JAILS.make(self.built.ext_dir, self.built.module, int(cap * 2**30) if cap else None)
+            from ..sandbox import memory_cap
+            jail = JAILS.make(self.built.ext_dir, self.built.module, memory_cap(self.ctx.cfg.hardening.jail_memory_gb))
             s = s.model_copy(update={"jail": jail, "solution_path": jail.solution_path})
         try:
             if self.ctx.standby:
