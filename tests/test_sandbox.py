@@ -320,3 +320,17 @@ def test_the_build_jail_takes_the_configured_memory_cap_and_stale_groups_are_cle
         (stale / "jail-1").mkdir(parents=True)
         cgroups._clear_stale(base.parent)
         assert not stale.exists()
+
+
+def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
+    """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
+    can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("the filter's syscall numbers are x86-64's")
+    prob = _problem_copy(open_dir)
+    r = _evaluate(ATTACKS / "user_namespace.py", prob, open_dir / "cache", "off")
+    assert r.status.value == "incorrect" and "no_user_namespaces" not in r.protections, (r.error, r.log_tail)
+    r = _evaluate(ATTACKS / "user_namespace.py", prob, open_dir / "cache", "on")
+    assert "no_user_namespaces" in r.protections
+    assert r.status.value == "passed", (r.error, r.log_tail)
