@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import TESTS
+from conftest import ROOT, TESTS
 from harness.build import child_env
 from harness.batch.executor import neighbour_may_have_caused
 from harness.process.forkserver import EXIT_UNKNOWN
@@ -146,3 +146,38 @@ def test_a_refused_fork_gives_a_fresh_standby_on_its_own_pipes(cleanup):
     later = Worker(None, env=sb.env, forkserver=sb.server, fork_timeout=30)
     cleanup.append(later)
     assert not later.forked and later.ready(120)
+
+
+ORPHAN = r"""
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from harness.build import child_env
+from harness.process.standby import Standby
+sb = Standby(child_env(None, "cpu"), 1)
+w = sb.idle
+assert w.forked and w.ready(60)
+os.kill(w.proc.pid, signal.SIGSTOP)  # as a neighbour's timing leaves it
+print(sb.server.proc.pid, w.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_harness_killed_outright_leaves_no_fork_server_nor_stopped_standby():
+    """The harness SIGKILLed while a standby it forked is stopped: the server sees its parent gone,
+    kills what it forked (stopped or not) and exits, instead of waiting for ever on a child that
+    never ends (seen after a killed batch: a stopped standby holding its memory)."""
+    import subprocess
+    import sys
+
+    from harness.process.forkserver import _alive
+    p = subprocess.Popen([sys.executable, "-c", ORPHAN.format(root=str(ROOT))], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        server, standby = map(int, p.stdout.readline().split())
+    finally:
+        p.kill()
+        p.wait(30)
+    deadline = time.monotonic() + 15
+    while (_alive(server) or _alive(standby)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(standby) and not _alive(server)

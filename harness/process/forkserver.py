@@ -283,7 +283,18 @@ def main() -> None:
                  "dumpable": is_dumpable()})
     children = 0
     open_ = True
+    parent, mine, orphaned = os.getppid(), set(), False
     while open_ or children:
+        if not orphaned and os.getppid() != parent:
+            # the harness died without closing the server (SIGKILL, the OOM killer): what it forked
+            # must not run on, least of all a standby a neighbour's timing left stopped (seen: one held
+            # its memory, stopped, after its batch was killed). Each child leads a group of its own
+            orphaned, open_ = True, False
+            for pid in mine:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         r, _, _ = select.select([sock, wake_r] if open_ else [wake_r], [], [], 1.0)
         if wake_r in r:
             os.read(wake_r, 4096)
@@ -301,6 +312,7 @@ def main() -> None:
                 os.read(sync_r, 1)  # setsid done, or the child died trying (EOF)
                 os.close(sync_r)
                 children += 1
+                mine.add(pid)
                 _send(sock, {"forked": pid})
             else:
                 safe = safe and len(fds) != 3  # once unsafe, never again
@@ -316,6 +328,7 @@ def main() -> None:
             if pid == 0:
                 break
             children -= 1
+            mine.discard(pid)
             try:
                 _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
             except OSError:
