@@ -38,22 +38,15 @@ def results_file(run: str | Path) -> Path:
 def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.DataFrame:
     """One row per record of the runs. `signed_only`: only records this harness signed
     (records/signing.py): a run's own tables, which a forged line must not enter."""
-    from .batch.runfolder import run_id
-    from .records.signing import verified
+    from .batch.runfolder import read_records, run_id
     rows = []
     for order, run in enumerate(runs):
         path = results_file(run)
         if not path.exists():
             raise FileNotFoundError(f"no results at {path}")
-        rid = run_id(path.parent)
-        for n, line in enumerate(path.read_text().split("\n")):  # "\n" alone ends a record, as written
-            if signed_only and (line := verified(line, rid)) is None:
-                continue
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash
-            if not isinstance(r, dict) or "problem" not in r or "status" not in r:
+        records, _ = read_records(path, signed_only, run_id(path.parent))
+        for n, r in enumerate(records):
+            if "problem" not in r or "status" not in r:
                 continue
             env = r.get("env") or {}
             rows.append({"run": str(path.parent if path.name == "results.jsonl" else path), "order": (order, n),

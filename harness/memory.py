@@ -156,10 +156,7 @@ class Admission:
         """Wait until `need` fits, then hold it (a context manager). `gpu`: the GPU it runs on, by
         its CUDA_VISIBLE_DEVICES value (None: a CPU evaluation). `measured`: the problem's measured
         need once there is one (another solution's first run may measure it while this one waits)."""
-        with self._cv:
-            h = Hold(self, self._next, gpu)
-            self._next += 1
-            self._holds[h.id] = h
+        h = self._register(gpu)
         try:
             self._wait_for(h, need, measured)
         except BaseException:
@@ -174,11 +171,7 @@ class Admission:
         `too_big` stands. Such runs go one at a time, so two cannot wait for each other."""
         self._alone_lock.acquire()
         try:
-            with self._cv:
-                h = Hold(self, self._next, gpu)
-                h.alone = True
-                self._next += 1
-                self._holds[h.id] = h
+            h = self._register(gpu, alone=True)
             try:
                 cap = self.capacity()
                 # a GPU's whole memory; on the host what it measures (it waits for that in grow)
@@ -192,6 +185,14 @@ class Admission:
             self._alone_lock.release()
             raise
         h.unlock = self._alone_lock.release
+        return h
+
+    def _register(self, gpu: Optional[str], alone: bool = False) -> "Hold":
+        with self._cv:
+            h = Hold(self, self._next, gpu)
+            h.alone = alone
+            self._next += 1
+            self._holds[h.id] = h
         return h
 
     def capacity(self) -> Need:
@@ -331,15 +332,6 @@ class KeptNeed(BaseModel):
     host: int
     gpu: int
     measured_at: str
-
-
-def gpu_name(visible: Optional[str]) -> Optional[str]:
-    from .timing.monitor import nvml_handle
-    nvml, h = nvml_handle(visible)
-    try:
-        return str(nvml.nvmlDeviceGetName(h)) if h is not None else None
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str],

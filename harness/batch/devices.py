@@ -159,8 +159,8 @@ def make_slots(device: str, gpus: Optional[str], probe: Optional[GpuProbe] = Non
         bad = [i for i in ids if not 0 <= i < len(found)]
         if bad:
             raise BatchError(f"--gpus {gpus}: only {len(found)} GPU(s) visible")
-    slots = [DeviceSlot(f"cuda:{i}", "cuda", {"CUDA_VISIBLE_DEVICES": visible[i] if i < len(visible) else str(i)})
-             for i in ids]
+    slots = [DeviceSlot(f"cuda:{i}", "cuda", {"CUDA_VISIBLE_DEVICES": visible[i] if i < len(visible) else str(i)},
+                        gpu_name=found[i]["name"]) for i in ids]
     return "cuda", slots, [found[i] for i in ids]
 
 

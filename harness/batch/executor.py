@@ -34,7 +34,7 @@ from typing import Optional, Protocol
 from ..build import build_child, child_env, torch_versions
 from ..config import Config
 from ..cpus import Lender
-from ..memory import PROVISIONAL, Admission, Hold, gpu_name, load_need, need_key, save_need
+from ..memory import PROVISIONAL, Admission, Hold, load_need, need_key, save_need
 from ..process.standby import Standby
 from ..process.worker import close_all
 from ..problems import Problem
@@ -86,6 +86,7 @@ class DeviceSlot:
     env: dict[str, str] = field(default_factory=dict)
     concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
     timing_cpu: Optional[int] = None  # the host CPU its timed processes run on (cpus.py)
+    gpu_name: Optional[str] = None  # its GPU's model (devices.probe_gpus): part of a kept need's key
     background_cpus: Optional[set[int]] = None  # where its standbys start up; None: anywhere
     stop_untimed: bool = True      # timing stops untimed phases in child processes (sharing.py)
 
@@ -262,7 +263,6 @@ class SlotRuntime:
         self._starting: set[int] = set()  # sessions being started ahead of their evaluations
         self._starters: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._gpu_name: Optional[str] = None  # the slot's GPU model, for the needs kept on disk
 
     def _session(self, problem: Problem, cfg: Config):
         from ..reference import ReferenceSession
@@ -285,10 +285,7 @@ class SlotRuntime:
         return s
 
     def _need_key(self, problem: Problem) -> str:
-        gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
-        if self.slot.device == "cuda" and self._gpu_name is None:
-            self._gpu_name = gpu_name(gpu) or "?"
-        return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self._gpu_name,
+        return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self.slot.gpu_name,
                         torch_versions()[0])
 
     def _count_start(self) -> None:
