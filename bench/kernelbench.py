@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -332,6 +333,8 @@ def main() -> int:
         try:
             rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the batch's threads' stacks into batch.log, then stop it
+            time.sleep(1.0)
             proc.terminate()
             rc = proc.wait()
             print(f"stopped after {args.timeout:g} s", file=sys.stderr)

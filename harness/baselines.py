@@ -59,6 +59,13 @@ def load(cfg: Config, key: str) -> Optional[CompiledBaseline]:
     return rec if rec.key == key else None
 
 
+def find(cfg: Config, problem_hash: str, size: str, dtype: Optional[str],
+         env: Optional[EnvInfo]) -> tuple[str, dict, Optional[CompiledBaseline]]:
+    """(key, what it is made of, the cached baseline or None: also where the cache is off)."""
+    key, stack = key_for(problem_hash, size, dtype, env, cfg)
+    return key, stack, load(cfg, key) if cfg.timing.compile_baseline_cache else None
+
+
 def store(cfg: Config, key: str, stack: dict, problem: str, events: list[float], spans: Optional[list[float]]) -> None:
     import statistics
     rec = CompiledBaseline(key=key, problem=problem, events_ms=statistics.median(events),

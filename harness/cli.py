@@ -203,10 +203,15 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
               require_sandbox, as_json, verbose):
     """Evaluate every solution under PATH... (files or folders of .py/.md/.txt): builds on all cores,
     evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
+    import faulthandler
     import os
+    import signal
 
     from .batch.plan import BatchError
     from .batch.run import kill_children, run_batch
+
+    # `kill -USR1 <pid>`: every thread's stack on stderr, for a batch that seems to stand still
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     if resume and not out:
         raise click.UsageError("--resume needs --out RUN")

@@ -59,6 +59,13 @@ class Need:
     # a problem's first run: on a GPU its hold takes all that is free when it starts (Admission._fits)
     first: bool = False
 
+    def compiling(self) -> "Need":
+        """While the reference's process compiles the torch.compile baseline (stages/baseline.py): its
+        own share of a measured GPU need and the candidate's started process, not the candidate's forward."""
+        if not self.measured or not self.gpu:
+            return self
+        return replace(self, gpu=min(self.gpu, self.gpu // 2 + PROCESS_GPU))
+
     def describe(self) -> str:
         return f"{self.host / GB:.1f} GB of host memory" + (f", {self.gpu / GB:.1f} GB of GPU memory" if self.gpu else "")
 
@@ -187,6 +194,13 @@ class Admission:
         h.unlock = self._alone_lock.release
         return h
 
+    def snapshot(self) -> list[dict]:
+        """The holds now, oldest first: for a batch's timeline (events.jsonl), where a stall shows."""
+        with self._cv:
+            return [{"gpu": h.gpu, "admitted": h.admitted, "alone": h.alone, "first": h.need.first,
+                     "host_gb": round(h.need.host / GB, 2), "gpu_gb": round(h.need.gpu / GB, 2),
+                     "waited_s": round(h.waited_s, 1)} for _, h in sorted(self._holds.items())]
+
     def _register(self, gpu: Optional[str], alone: bool = False) -> "Hold":
         with self._cv:
             h = Hold(self, self._next, gpu)
@@ -208,7 +222,11 @@ class Admission:
             return need if not [o for o in others if o.gpu == h.gpu and o.admitted] else None
         if any(o.alone and o.gpu == h.gpu for o in others) and not h.admitted:
             return None  # no newcomer beside an evaluation that waits to run alone, or runs alone
-        oldest = not others or h.id == min(self._holds)  # the oldest always proceeds
+        # the oldest always proceeds: the oldest of those that may (a newcomer waits behind a run alone,
+        # which itself waits for the admitted ones to end; with such a newcomer counted as the oldest,
+        # an admitted evaluation growing its hold waited for it, the run alone for that one, and a
+        # KernelBench level-1 batch stood still for 270 s until it was killed)
+        oldest = h.id == min(o.id for o in self._holds.values() if o is h or self._may_proceed(o))
         host_held = sum(o.need.host for o in others)
         if oldest:
             pass
@@ -245,6 +263,11 @@ class Admission:
                 return replace(need, gpu=max(need.gpu, left))
             return None
         return need if oldest or mine <= left else None
+
+    def _may_proceed(self, o: "Hold") -> bool:
+        """Whether `o` may be given memory now: not a run alone (it has its own rule), and admitted
+        already or not behind a run alone on its GPU."""
+        return not o.alone and (o.admitted or not any(a.alone and a.gpu == o.gpu for a in self._holds.values()))
 
     def _wait_for(self, h: "Hold", need: Need, measured: Optional[Callable[[], Optional[Need]]] = None) -> None:
         t0 = time.perf_counter()

@@ -344,8 +344,19 @@ class ReferenceSession:
                 self.on_start()  # once per process started, however many evaluations waited on it
             self._start(on_worker)
 
+    def _close_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        for key in [k for k in self._cache if k[2]]:  # outputs kept in the process just closed
+            del self._cache[key]
+
     def _start(self, on_worker: Optional[Callable[[Worker], None]] = None) -> None:
         import time
+        if self.worker is not None and self.worker.returncode is not None:
+            # it ended after a failed command (out of memory while timed, say): a run alone, the
+            # problem's next solution, starts a new one
+            self._close_worker()
         if self.worker is not None:
             return
         t0 = time.perf_counter()
@@ -420,11 +431,7 @@ class ReferenceSession:
             return self.extra[:n]
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-        for key in [k for k in self._cache if k[2]]:  # outputs kept in the process just closed
-            del self._cache[key]
+        self._close_worker()
         for w in self.extra:
             w.close()
         self.extra = []

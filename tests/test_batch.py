@@ -115,8 +115,10 @@ def test_batch_labels_problem_folders_and_unmatched(tmp_path):
     assert len(out) == 1 and {r["label"] for r in json.loads(out[0])} == {"modelA", "modelB"}
 
 
-def test_kernelbench_layout(tmp_path):
+def test_kernelbench_layout(tmp_path, monkeypatch):
+    from harness.batch import pipeline
     from harness.batch.run import run_batch
+    monkeypatch.setattr(pipeline, "HEARTBEAT_S", 0.0)  # an "inflight" event at every turn of the loop
 
     kb = tmp_path / "kb" / "level1"
     shutil.copy(PROBLEMS / "relu_add.py", write(kb / "1_Relu_Add.py", ""))
@@ -140,6 +142,10 @@ def test_kernelbench_layout(tmp_path):
     assert set(skipped) == {"level_1_problem_7_sample_0_kernel.py", "level_2_problem_1_sample_0_kernel.py"}
     assert "level 1 problem 7" in skipped["level_1_problem_7_sample_0_kernel.py"]
     assert summary.references == {"cpu": 2}  # one reference per problem, not per solution
+    beats = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == "inflight"]
+    busy = [b for b in beats if b["slots"]["cpu"]]
+    assert busy and all(b["holds"] is not None for b in beats)
+    assert any(b["holds"] and b["holds"][0]["admitted"] for b in busy), busy[:3]
 
 
 def test_resume_after_sigkill(tmp_path):

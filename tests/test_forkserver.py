@@ -181,3 +181,30 @@ def test_a_harness_killed_outright_leaves_no_fork_server_nor_stopped_standby():
     while (_alive(server) or _alive(standby)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(standby) and not _alive(server)
+
+
+def test_a_pid_the_kernel_reuses_does_not_carry_an_earlier_childs_exit():
+    """The server reports each child's exit by pid; a later child given the same pid (the kernel
+    cycles its 32768 within a long batch) must not look dead from its first moment (a live reference
+    read as "exit code 0" in KernelBench level-1 batches on an H100, and its problem failed)."""
+    import socket
+    import threading
+
+    from harness.process.forkserver import ForkServer
+    srv = ForkServer.__new__(ForkServer)  # the parent's bookkeeping alone: no server process
+    srv._lock, srv._cv, srv.dead = threading.Lock(), threading.Condition(), False
+    srv._ready, srv._mine = {"ready": True, "fork_safe": True}, set()
+    srv._forked, srv._exits = [4242], {4242: 0}  # the earlier 4242 exited; the server forked a new one
+    srv.sock, theirs = socket.socketpair()
+    r, w = os.pipe()
+    try:
+        proc = srv.fork(r, w, w, timeout=1.0)
+        assert proc is not None and proc.pid == 4242
+        assert proc.poll() is None  # alive until the server says the new one ended
+        srv._exits[4242] = -9
+        assert proc.poll() == -9
+    finally:
+        for fd in (r, w):
+            os.close(fd)
+        srv.sock.close()
+        theirs.close()

@@ -283,7 +283,7 @@ def test_a_reference_killed_outright_mid_trial_is_too_big_not_a_failed_problem(c
     def died(*a, **k):
         raise WorkerDied("worker died", code)
     s = ReferenceSession(find_problem(TESTS / "problems" / "relu_add.py"), make_config(device="cpu"), "cpu", "small", None)
-    s.worker = SimpleNamespace(request=died, log_tail=lambda: "", close=lambda: None)
+    s.worker = SimpleNamespace(request=died, log_tail=lambda: "", close=lambda: None, returncode=None)
     with pytest.raises(ReferenceError) as e:
         s.trial(0)
     assert isinstance(e.value, ReferenceTooBig) is too_big
@@ -426,3 +426,209 @@ def test_a_measured_need_is_kept_for_the_next_run_of_the_problem(tmp_path):
     assert asked[0].first and not asked[1].first and asked[1].measured and asked[1].host > 0
     kept = list((tmp_path / "cache" / "needs").glob("*.json"))
     assert len(kept) == 1 and '"problem":"relu_add"' in kept[0].read_text()
+
+
+def test_the_torch_compile_baseline_is_compiled_holding_the_references_share_only(tmp_path, monkeypatch):
+    """Inductor's 10-30 s of host work run in the reference's process after its first trial measured
+    the problem and before the candidate's first forward: meanwhile the evaluation holds only the
+    reference's share of the GPU need, and grows to the whole before the candidate runs (KernelBench
+    level 1 held both sides' 13-25 GB through it, and waited for memory most of each record). The
+    compile itself runs on a GPU only: here a stand-in records what was held while it ran."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import PROVISIONAL, Admission, Hold, Need
+    from harness.problems import find_problem
+    from harness.records.result import Status
+    from harness.stages import baseline
+    need = Need(host=3 * GB, gpu=20 * GB, measured=True)
+    assert need.compiling() == Need(host=3 * GB, gpu=10 * GB + GB // 2, measured=True)
+    assert PROVISIONAL.compiling() == PROVISIONAL  # a first run: nothing measured to share yet
+
+    events = []
+    real_grow = Hold.grow
+    monkeypatch.setattr(Hold, "grow", lambda self, n: (events.append(("grow", n)), real_grow(self, n))[1])
+    monkeypatch.setattr(baseline, "due", lambda ctx, ref: not ctx.compiled_ahead)
+
+    def compile_ahead(ctx, ref):
+        events.append(("compile", ctx.hold.need))
+        ctx.compiled_ahead = True
+        ref.close()  # as after a failed compile: a new reference process, whose trial the candidate meets
+        ref.start()
+        return True
+    monkeypatch.setattr(baseline, "compile_ahead", compile_ahead)
+    monkeypatch.setattr(Need, "compiling", lambda self: Need(host=self.host // 2, measured=self.measured))
+    sol = tmp_path / "relu.py"
+    sol.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                   "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "cache_dir": str(tmp_path / "cache")})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        out = rt.evaluate(EvalTask(0, str(sol), find_problem(TESTS / "problems" / "relu_add.py"), None, cfg, None))
+    finally:
+        rt.close()
+    assert out.record is not None and out.record.status == Status.passed, out.error or out.record.error
+    kinds = [k for k, _ in events]
+    assert kinds[:3] == ["grow", "compile", "grow"], events
+    share, whole = events[0][1], events[2][1]
+    assert events[1][1] == share and share.host == whole.host // 2 and whole.measured
+    assert out.record.phases.processes_s >= 0 and out.record.phases.correctness_s < out.record.phases.total_s
+
+
+def test_an_evaluation_whose_baseline_is_to_be_compiled_is_admitted_with_the_references_share(tmp_path):
+    """A GPU slot admits an evaluation with `Need.compiling` while its problem's torch.compile baseline
+    is not cached for the slot's device and stack, and with the whole need once it is."""
+    from harness import baselines
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Need
+    from harness.problems import find_problem
+    from harness.records.result import EnvInfo
+    cfg = make_config(device="cuda", **{"cache_dir": str(tmp_path / "cache"), "timing.compile_baseline": "auto"})
+    prob = find_problem(TESTS / "problems" / "relu_add.py")
+    env = EnvInfo(device="cuda", gpu_name="NVIDIA H100 80GB HBM3", driver="580", torch="2.11.0", cuda="13.0",
+                  python="3.12", harness="test", hostname="h")
+
+    class Session:
+        need, expected = Need(host=GB, gpu=20 * GB, measured=True), None
+
+    Session.env = env
+    rt = SlotRuntime(DeviceSlot("cuda:0", "cuda", {"CUDA_VISIBLE_DEVICES": "0"}), "full", None)
+    task = EvalTask(0, "x.py", prob, None, cfg, None)
+    assert rt._need(Session(), task).gpu == 10 * GB + GB // 2
+    key, stack = baselines.key_for(prob.source_hash, "full", None, env, cfg)
+    baselines.store(cfg, key, stack, prob.name, [1.0, 1.1], None)
+    assert rt._need(Session(), task).gpu == 20 * GB
+    cfg.timing.compile_baseline = "off"
+    Session.env = None
+    assert rt._need(Session(), task).gpu == 20 * GB
+
+
+def test_a_judged_trial_is_let_go_by_the_reference_whatever_the_verdict(monkeypatch):
+    """The reference's outputs of a judged trial leave its process (a GB-sized one kept there stayed
+    beside every later trial and the timing: 26 GB reference processes on KernelBench level 1, whose
+    first trial measured 13 GB, and other evaluations' timing ran out of memory)."""
+    from harness.stages import check
+    released = []
+
+    class Ref:
+        def release(self, r):
+            released.append(r)
+
+    def fake(ctx, cand, ref, i, c, box, seeds, what):
+        box[0] = "again"  # the trial asked again (with inputs, or as bytes): that one is let go
+        if c == "raise":
+            raise RuntimeError("judging failed")
+        return "verdict"
+
+    monkeypatch.setattr(check, "_judge", fake)
+    assert check.judge(None, None, Ref(), 0, "c", "first") == "verdict"
+    with pytest.raises(RuntimeError):
+        check.judge(None, None, Ref(), 0, "raise", "first")
+    assert released == ["again", "again"]
+
+
+def test_a_reference_out_of_memory_while_timed_gets_too_big_not_an_internal_error(tmp_path):
+    """Out of memory in the reference's timing rounds (beside other evaluations' memory, most likely)
+    is `too_big` after a run alone, with a record, not an internal error that left the solution
+    without one (two KernelBench level-1 problems on an H100)."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Admission
+    from harness.problems import find_problem
+    from harness.records.result import Status
+    prob_file = tmp_path / "oom_when_timed.py"
+    prob_file.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    calls = 0\n\n"
+        "    def forward(self, x):\n        Model.calls += 1\n        if Model.calls > 12:\n"
+        "            raise MemoryError('CUDA out of memory. Tried to allocate 6.00 GiB')\n        return x * 2\n\n\n"
+        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
+    finally:
+        rt.close()
+    assert out.record is not None, out.error
+    assert out.record.status == Status.too_big and "rerun_alone" in out.record.flags, out.record
+    assert "timing" in out.record.error, out.record.error
+
+
+def test_a_reference_that_dies_while_timed_is_the_problems_failure_not_the_solutions(tmp_path):
+    """The reference's process ending in a timing round was blamed on the solution ("the solution's
+    process died while being timed: exit code 0", KernelBench level1/42 on an H100)."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Admission
+    from harness.problems import find_problem
+    prob_file = tmp_path / "dies_when_timed.py"
+    prob_file.write_text(
+        "import os\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    calls = 0\n\n"
+        "    def forward(self, x):\n        Model.calls += 1\n        if Model.calls > 12:\n"
+        "            os._exit(0)\n        return x * 2\n\n\n"
+        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
+    finally:
+        rt.close()
+    assert out.record is None and out.problem_failed, out.record
+    assert "the reference's process died while timed" in out.error, out.error
+
+
+def test_a_torch_compile_baseline_that_fails_while_timed_leaves_the_reference_running(tmp_path):
+    """torch.compile(Model) failing in a timing round (Inductor, or out of memory beside other
+    evaluations) costs the record its baseline, not its verdict: the reference's process used to end
+    after the failed command, and the next round found it gone (KernelBench level1/29 on an H100: its
+    problem failed, "the reference's process died while timed: exit code 0")."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Admission
+    from harness.problems import find_problem
+    from harness.records.result import Status
+    prob_file = tmp_path / "no_compile.py"
+    prob_file.write_text(  # (a trusted problem standing in for one Inductor cannot compile)
+        "import torch\nimport torch.nn as nn\n\n\ndef _fails(model, *a, **k):\n"
+        "    def call(*args):\n        raise RuntimeError('this model does not compile')\n    return call\n\n\n"
+        "torch.compile = _fails\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2\n\n\n"
+        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "timing.compile_baseline": "on",
+                                       "cache_dir": str(tmp_path / "cache")})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
+    finally:
+        rt.close()
+    assert out.record is not None, out.error
+    assert out.record.status == Status.passed, (out.record.status, out.record.error)
+    assert "does not compile" in out.record.timing_method.get("compile_baseline_error", ""), out.record.timing_method
+
+
+def test_an_admitted_evaluation_growing_its_hold_is_not_kept_waiting_by_a_newcomer_behind_a_run_alone():
+    """A newcomer that waits behind a run alone cannot be the oldest that always proceeds: the run
+    alone waits for the admitted evaluations to end, and one of them growing its hold (after its
+    compile, or its first trial) must then be let through, or nothing moves (a KernelBench level-1
+    batch on an H100 stood still for 270 s: one admitted evaluation growing, a run alone, four
+    newcomers)."""
+    from harness.memory import Need
+    adm = _admission(free={"0": 10 * GB}, usage={})
+    a = adm.hold(Need(host=GB, gpu=5 * GB, measured=True), "0")
+    newcomer, nbox = _later(lambda: adm.hold(Need(host=GB, gpu=30 * GB, measured=True), "0"))
+    time.sleep(0.1)
+    y = adm.hold(Need(host=GB, gpu=2 * GB, measured=True), "0")  # fits beside a while the newcomer waits
+    alone, abox = _later(lambda: adm.alone("0"))
+    time.sleep(0.1)
+    a.release()
+    grown, gbox = _later(lambda: y.grow(Need(host=GB, gpu=20 * GB, measured=True)))
+    grown.join(3)
+    assert "at" in gbox, "the admitted evaluation's grow waited for the newcomer behind the run alone"
+    assert "value" not in abox and "value" not in nbox
+    y.release()
+    alone.join(3)
+    assert "value" in abox and "value" not in nbox  # the run alone, then the newcomer
+    abox["value"].release()
+    newcomer.join(3)
+    assert "value" in nbox
+    nbox["value"].release()

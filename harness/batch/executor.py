@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
 
+from .. import baselines
 from ..build import build_child, child_env, torch_versions
 from ..config import Config
 from ..cpus import Lender
-from ..memory import PROVISIONAL, Admission, Hold, load_need, need_key, save_need
+from ..memory import PROVISIONAL, Admission, Hold, Need, load_need, need_key, save_need
 from ..process.standby import Standby
 from ..process.worker import close_all
 from ..problems import Problem
@@ -263,6 +264,7 @@ class SlotRuntime:
         self._starting: set[int] = set()  # sessions being started ahead of their evaluations
         self._starters: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self.env = None  # what the slot's references said of its device and stack (records.result.EnvInfo)
 
     def _session(self, problem: Problem, cfg: Config):
         from ..reference import ReferenceSession
@@ -386,7 +388,7 @@ class SlotRuntime:
         admission = self._admission(task.cfg)
         gpu = self.slot.env.get("CUDA_VISIBLE_DEVICES", "0") if self.slot.device == "cuda" else None
         try:
-            hold = admission.hold(session.need or session.expected or PROVISIONAL, gpu, measured=lambda: session.need)
+            hold = admission.hold(self._need(session, task), gpu, measured=lambda: session.need)
         except BaseException:
             self._release(key, session, False)
             raise
@@ -413,6 +415,7 @@ class SlotRuntime:
                 rec.flags.append("rerun_alone")
                 rec.timing_method.setdefault("first_try_while_shared", first)
             out.record = rec
+            self.env = session.env or self.env
             if session.need is not None and session.need != session.expected:
                 session.expected = session.need
                 save_need(task.cfg.cache_dir, self._need_key(task.problem), task.problem.name, session.need)
@@ -441,6 +444,18 @@ class SlotRuntime:
             out.record.phases.total_s += before_start
         out.busy_s = time.perf_counter() - t0
         return out
+
+    def _need(self, session, task: EvalTask) -> Need:
+        """What an evaluation is admitted with: its problem's measured (or kept) need, where it has
+        one; only the reference's share of it where the torch.compile baseline is to be compiled
+        first (stages/baseline.py: the evaluation grows to the whole before its candidate's trials)."""
+        need = session.need or session.expected or PROVISIONAL
+        cfg = task.cfg
+        if self.slot.device == "cuda" and cfg.timing.compile_baseline != "off":
+            env = session.env or self.env  # (the GPU's stack, as any reference on this slot reported it)
+            if env is None or baselines.find(cfg, task.problem.source_hash, self.size, self.dtype, env)[2] is None:
+                need = need.compiling()
+        return need
 
     def _admission(self, cfg: Config) -> Admission:
         with self._lock:

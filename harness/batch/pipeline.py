@@ -19,6 +19,8 @@ from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlo
 from .plan import Item, Skipped
 from .runfolder import EventLog, ResultsFile
 
+HEARTBEAT_S = 30.0  # between "inflight" events in the run's timeline
+
 @dataclass
 class SlotState:
     slot: DeviceSlot
@@ -254,6 +256,7 @@ class Pipeline:
         for it in self.items:
             self._first.setdefault(it.pkey, it.index)
         futures: dict[Future, tuple] = {}
+        last_beat = time.perf_counter()
         for it in self.items:
             task = CompileTask(index=it.index, solution=str(it.path), problem=it.problem, label=it.label,
                                cfg=self.cfg, device=self.device, size=self.size, dtype=self.dtype,
@@ -276,6 +279,18 @@ class Pipeline:
             self._retire_finished()
             if progress is not None:
                 progress()
+            if time.perf_counter() - last_beat >= HEARTBEAT_S:
+                last_beat = time.perf_counter()
+                self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        """What is in flight and what memory each evaluation holds or waits for, into the timeline:
+        where a batch stalls, this says on what."""
+        now = time.perf_counter()
+        admission = getattr(self.ex, "admission", None)
+        self.events.write("inflight", t=round(now - self.t0, 1), slots={
+            s.slot.name: [[it.problem.name, round(now - t0, 1)] for it, t0 in s.busy.values()] for s in self.slots},
+            ready=sum(len(q) for q in self.ready.values()), holds=admission.snapshot() if admission else None)
 
     # -- what the progress display shows -----------------------------------------------------------
     def status_lines(self) -> list[str]:

@@ -244,8 +244,13 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
         if cmd.op in ("trials", "judge"):
             reply = None
             runner.release_cache()
-        if not reply_ok:
+        if not reply_ok and not (cmd.op == "time" and cmd.variant == "compiled" and runner.role == "reference"):
             return  # a failed candidate may hold a poisoned CUDA context: never reuse it
+        if not reply_ok:
+            # torch.compile(Model) failed (Inductor, or out of memory beside other evaluations): the
+            # baseline is left out; the reference goes on (it ended here before, and the evaluation
+            # sharing it lost its reference mid-timing: a false failure of the problem)
+            runner.release_cache()
 
 
 def set_dumpable(dumpable: bool) -> None:

@@ -161,6 +161,12 @@ class ForkServer:
                 if pid is None:  # refused: it will refuse again
                     self._ready = {**(self._ready or {}), "fork_safe": False}
                     return None
+                # an exit already reported under this pid was an earlier child's: the kernel reuses
+                # pids (32768 of them, cycled within a KernelBench batch by Inductor's and the builds'
+                # processes), and kept, it made a live reference look dead ("exit code 0") to the
+                # evaluation timing it, and its problem fail. The server reports an exit before it
+                # forks again, so every exit read by now is the earlier one's.
+                self._exits.pop(pid, None)
                 self._mine.add(pid)
         return ForkedProc(self, pid)
 

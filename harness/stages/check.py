@@ -20,6 +20,7 @@ from ..memory import TooBig
 from ..records.messages import TrialsCommand
 from ..records.result import Status
 from ..reference import ReferenceSession, ReferenceTooBig
+from . import baseline
 from .candidate import CandidateProcesses
 from .context import Context, Failure, ask
 
@@ -41,13 +42,18 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
         raise Failure(Status.too_big, str(e)) from None
     res.env = ref.env
     phases.reference_s += ctx.clock() - t1
-    custom_calls, grow_wait = 0, 0.0
+    custom_calls, grow_wait, compiling0 = 0, 0.0, phases.processes_s
     for i in range(len(ref.plan.seeds)):
         r, allowed = reference_trial(ctx, ref, i)
         if i == 0 and ctx.hold is not None and ref.need is not None:
             ctx.hold.track(ref.worker.pid if ref.worker else None, cand.first.pid if cand.first else None)
             w0 = ctx.hold.waited_s
             try:
+                if baseline.due(ctx, ref):  # compiled holding the reference's share only
+                    ctx.hold.grow(ref.need.compiling())
+                    if baseline.compile_ahead(ctx, ref):  # a new reference process: the trial from it
+                        r, allowed = reference_trial(ctx, ref, i)
+                        ctx.hold.track(ref.worker.pid if ref.worker else None)
                 ctx.hold.grow(ref.need)
             except TooBig as e:
                 raise Failure(Status.too_big, f"problem {ctx.problem.name} {e}") from None
@@ -72,7 +78,7 @@ def check(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession) -> Chec
     for key in ("max_abs_diff", "max_rel_diff", "rel_l2_diff"):  # the worst trial's
         vals = [getattr(t, key) for t in res.trials if getattr(t, key) is not None]
         setattr(res, key, max(vals) if vals else None)
-    phases.correctness_s = ctx.clock() - t0 - grow_wait
+    phases.correctness_s = ctx.clock() - t0 - grow_wait - (phases.processes_s - compiling0)
     phases.judge_s = phases.correctness_s - phases.trials_s - phases.reference_s
     failed = next((t for t in res.trials if not t.ok), None)
     if failed is not None:
@@ -108,14 +114,29 @@ def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int,
     reference's process (ReferenceSession.judge), the rest in the parent. Where the device could not
     judge (the candidate sent bytes it could not export, or the reference failed at it), the trial is
     asked of both again as bytes and judged in the parent; a candidate's handle that does not describe
-    memory it exported is a forged report."""
+    memory it exported is a forged report.
+    Judged, the reference's outputs go (unless its session keeps them for the problem's later
+    solutions): kept, a GB-sized output stayed on the device beside every later trial and the timing
+    (KernelBench level 1: reference processes of 26 GB against the 13 GB their first trial measured,
+    and out-of-memory errors in other evaluations' timing)."""
+    box = [r]
+    try:
+        return _judge(ctx, cand, ref, i, c, box, seeds, what)
+    finally:
+        ref.release(box[0])
+
+
+def _judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int, c, box: list,
+           seeds: Optional[list[int]], what: str):
     from ..correctness import NeedBytes, judge_trial
     from ..cuda_ipc import Refused
     from ..reference import JudgeFailed
+    r = box[0]
     name = ref.plan.shape_names[i] if i < len(ref.plan.shape_names) else "default"
     if c.inputs_after is not None and r.inputs_after is None:
         ref.release(r)
         r, _ = reference_trial(ctx, ref, i, with_inputs=True, seeds=seeds)  # its yardstick for changed inputs
+        box[0] = r
     if r.remote:
         def remote(pairs):
             with ctx.gate.stoppable() as phase:
@@ -131,6 +152,7 @@ def judge(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession, i: int,
             ref.release(r)
             with_inputs = r.inputs_after is not None
             r, allowed = reference_trial(ctx, ref, i, with_inputs=with_inputs, seeds=seeds, share=False)
+            box[0] = r
             if c.remote:
                 c = candidate_answer(ctx, cand, ref, i, r, allowed, seeds=seeds, what=what,
                                      wrong_count=Status.rejected)

@@ -45,6 +45,8 @@ class Context:
     tol: Optional[Tolerance] = None
     hold: Optional[Hold] = None  # its share of the machine's memory (memory.Admission)
     jailed: bool = False  # the solution's processes run as uids of their own (sandbox.py)
+    compiled_ahead: bool = False  # torch.compile(Model) compiled in the reference's process (stages/baseline.py)
+    compile_error: Optional[str] = None  # ...and why it failed, where it did
 
     @classmethod
     def open(cls, cfg: Config, gate: DeviceGate, problem: Problem, solution: str, label: Optional[str],

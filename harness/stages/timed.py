@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import baselines, cpus
-from ..baselines import CompiledBaseline
 from ..process.worker import STOP_CREDIT_S, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records.messages import QuietCommand
 from ..records.result import Status
-from ..reference import ReferenceSession, ReferenceTooBig
+from ..reference import OOM, ReferenceError, ReferenceSession
 from ..timing.clocks import clock_checks
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
 from ..timing.stats import pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
+from . import baseline
 from .candidate import CandidateProcesses
 from .context import Context, Failure
 
@@ -101,10 +101,27 @@ class PairTimer:
             c.kill()
             raise Failure(Status.timeout, f"a timing round did not finish within {run_s:g} s") from None
         except WorkerDied as e:
+            if r.returncode is not None and c.returncode is None:
+                raise self._reference_died(r) from None
             raise Failure(Status.runtime_error, "the solution's process died while being timed: "
                           f"{describe_exit(e.returncode)}", log=c.log_tail()) from None
         except WorkerProtocolError as e:
             raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
+        except RuntimeError as e:  # the reference's own failure: out of its memory, the neighbours' doing
+            if any(marker in str(e) for marker in OOM):  # until a run alone says otherwise (batch/executor.py)
+                raise Failure(Status.too_big, f"problem {self.ctx.problem.name}: {e}"[:2000]) from None
+            raise
+
+    def _reference_died(self, r: Worker) -> Exception:
+        """The reference's process, not the solution's, ended in a timing round: `too_big` where it ran
+        out of memory or was killed outright (the neighbours' doing until a run alone says otherwise),
+        else the problem's own failure. (Blamed on the solution before: "the solution's process died
+        while being timed: exit code 0", KernelBench level1/42 on an H100.)"""
+        tail = r.log_tail()[-1500:]
+        what = f"problem {self.ctx.problem.name}: the reference's process died while timed: {describe_exit(r.returncode)}"
+        if r.returncode == -9 or any(marker in tail for marker in OOM):
+            return Failure(Status.too_big, f"{what}\n{tail}")
+        return ReferenceError(f"{what}\n{tail}")
 
     def checked(self, c: Worker, r: Worker, pair: int) -> tuple[Measurement, dict]:
         """One process pair measured and held to every check on its own. Returns the measurement
@@ -182,13 +199,12 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     if ctx.cuda:
         cand.warm_up()
     timer = PairTimer(ctx, cand, ref)
-    key, stack = baselines.key_for(ctx.problem.source_hash, ctx.size, ctx.dtype, ref.env, cfg)
-    cached = baselines.load(cfg, key) if cfg.timing.compile_baseline_cache else None
+    key, stack, cached = baseline.cached(ctx, ref)
     timer.compiled = cached is None
-    ahead_error = None
     if timer.compiled and ctx.cuda and cfg.timing.compile_baseline != "off":
-        ahead_error = _compile_ahead(ctx, ref)
-        timer.compiled = ahead_error is None
+        if not ctx.compiled_ahead:  # (stage 4 compiles it, where the reference's trial measured its memory)
+            baseline.compile_ahead(ctx, ref)
+        timer.compiled = ctx.compile_error is None
     t0 = ctx.clock()
     m, note = timer.checked(cand.first, ref.worker, 0)
     if ctx.cuda:  # further pairs start under the first's launch hold, without a warm-up round
@@ -210,8 +226,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     ctx.res.timing_method = method_record(ctx, m)
     if timer.quiet_retries:  # times it gave the device back to a neighbour's unfinished GPU work
         ctx.res.timing_method["quiet_retries"] = timer.quiet_retries
-    if ahead_error:
-        ctx.res.timing_method["compile_baseline_error"] = ahead_error[:500]
+    if ctx.compile_error:
+        ctx.res.timing_method["compile_baseline_error"] = ctx.compile_error[:500]
     for f in m.flags + timer.quiet_flags:
         if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet"):
             ctx.flag(f)
@@ -229,7 +245,7 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         tm["pair_medians_ms"] = [
             [round(statistics.median(x), 5) if x else None for x in (p.cand.timed(spans), p.ref.timed(spans))]
             for p in measured]
-    _compile_baseline(ctx, m, spans, cached)
+    baseline.report(ctx, m, spans, cached)
     if m.compiled and cached is None and cfg.timing.compile_baseline_cache:
         whole = m.spans and m.compiled_span and all(x > 0 for x in m.compiled_span)
         baselines.store(cfg, key, stack, ctx.problem.name, m.compiled, m.compiled_span if whole else None)
@@ -325,59 +341,6 @@ def adopt(ctx: Context, m: Measurement) -> bool:
     res.runtime_stats, res.ref_runtime_stats = summarize(m.cand.timed(spans)), summarize(m.ref.timed(spans))
     res.runtime_ms, res.ref_runtime_ms = res.runtime_stats.median, res.ref_runtime_stats.median
     return spans
-
-
-def _compile_ahead(ctx: Context, ref: ReferenceSession) -> Optional[str]:
-    """torch.compile(Model) compiled in the reference's process before the timing phase, in a phase
-    that timing elsewhere on the device stops: compiled in its first timed round instead, its 10-20 s
-    of Inductor held the device exclusively, and every other evaluation on it waited (KernelBench
-    level 2 on an H100: timing_s 15-21 s a record on a fresh cache, against 0.6 s with the baseline
-    cached). Where it fails, why (for the record): the reference is started again (a failed command
-    ends its process), and the solution is timed without the baseline."""
-    from ..timing.measure import warm_up
-    t0 = ctx.clock()
-    to = ctx.cfg.timeouts.problem_s + 600  # as the first compiled round allowed
-    cmd = warm_up(ctx.cfg.timing, ref.rng).model_copy(update={"variant": "compiled", "spans": False})
-    try:
-        # host work in the reference's process (Inductor), minutes of it on a cold cache for a large
-        # model: the lane goes to another evaluation meanwhile, as for the profiler's start-up
-        with ctx.gate.background(), ctx.gate.stoppable() as phase, ref.lock:
-            phase.add(ref.worker)
-            try:
-                reply, _ = ref.worker.request(cmd, to)
-                error = None if reply.ok else reply.error or "failed"
-            except WorkerTimeout:
-                error = f"torch.compile(Model) did not finish within {to:g} s"
-            if error is not None:
-                ref.close()
-                try:
-                    ref.start(on_worker=phase.add)
-                except ReferenceTooBig as e:  # Inductor's memory may be why; alone it may fit (a batch reruns it)
-                    raise Failure(Status.too_big, str(e)) from None
-            return error
-    finally:
-        ctx.phases.processes_s += ctx.clock() - t0
-
-
-def _compile_baseline(ctx: Context, m: Measurement, spans: bool, cached: Optional[CompiledBaseline]) -> None:
-    """torch.compile(Model): timed in the same measurement, or its median from an earlier one of the
-    problem on this device and stack (baselines.py); by spans where the baseline's are whole, else
-    events."""
-    res = ctx.res
-    if cached is not None:
-        by_spans = spans and cached.span_ms is not None
-        res.compile_runtime_ms = cached.span_ms if by_spans else cached.events_ms
-        res.speedup_compile = res.compile_runtime_ms / statistics.median(m.cand.timed(True) if by_spans else m.cand.times)
-        res.timing_method["compile_baseline"] = {"cached": cached.key, "measured_at": cached.measured_at,
-                                                 "calls": cached.calls}
-    elif m.compiled:
-        res.timing_method["compile_baseline"] = "measured"
-        both = spans and all(x > 0 for x in m.compiled_span)
-        base, cand_t = (m.compiled_span, m.cand.timed(True)) if both else (m.compiled, m.cand.times)
-        res.compile_runtime_ms = summarize(base).median
-        res.speedup_compile = res.compile_runtime_ms / statistics.median(cand_t)
-    elif m.compile_error:
-        res.timing_method["compile_baseline_error"] = m.compile_error[:500]
 
 
 def process_medians(measured: list, side: str, n: int, spans: bool) -> list[float]:
