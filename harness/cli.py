@@ -10,20 +10,48 @@ import click
 from .version import __version__
 
 
+# exit codes, for scripts and pipelines: a verdict, a user's mistake and the harness's own failure
+# are told apart (README "Exit codes")
+EXIT_PASSED, EXIT_VERDICT, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+
+
+class HarnessFailed(click.ClickException):
+    """No verdict, through no mistake of the user's: a problem that fails, a batch item left
+    without a record, the harness's own error."""
+
+    exit_code = EXIT_HARNESS
+
+
+class UsageFailed(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
 def _console(stderr: bool = True):
     from rich.console import Console
     return Console(stderr=stderr)
 
 
+# the config keys that command-line options set: an error in one names the option
+OPTION_KEYS = {"device": "--device", "size": "--size", "dtype": "--dtype", "correctness.trials": "--trials"}
+
+
 def _config(config_path: Optional[str], **overrides):
+    import tomllib
+
     from pydantic import ValidationError
 
-    from .config import load_config
+    from .config import explain, load_config
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return load_config(config_path, {k: v for k, v in overrides.items() if v is not None})
+        return load_config(config_path, given)
+    except tomllib.TOMLDecodeError as e:
+        raise click.BadParameter(f"not valid TOML: {e}", param_hint=f"--config {config_path}") from None
     except ValidationError as e:  # a misspelt or mistyped key: name it, not a traceback
-        why = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise click.BadParameter(why, param_hint=f"--config {config_path}" if config_path else "an option") from None
+        bad = {".".join(str(x) for x in err["loc"]) for err in e.errors()}
+        from_options = bad <= {k for k in given if k in OPTION_KEYS}
+        raise click.BadParameter(explain(e, {k: OPTION_KEYS[k] for k in given if k in OPTION_KEYS}),
+                                 param_hint="an option" if from_options or not config_path
+                                 else f"--config {config_path}") from None
 
 
 def _sandbox_or_refuse(cfg) -> None:
@@ -43,7 +71,14 @@ def entry() -> None:
     has ended by then, and unloading torch took 0.5-1 s of the command's wall time."""
     global _exit_fast
     _exit_fast = True
-    main()
+    try:
+        main()
+    except Exception:  # noqa: BLE001 - click handled every user error: this is the harness's own
+        import traceback
+        traceback.print_exc()
+        sys.stderr.write("harness: internal error (exit code 3)\n")
+        sys.stderr.flush()
+        sys.exit(EXIT_HARNESS)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,18 +111,20 @@ def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, confi
     try:
         prob = find_problem(problem, list(problems_dir) or None)
     except LookupError as e:
-        raise click.ClickException(str(e)) from None
+        raise UsageFailed(str(e)) from None
     err = _console()
     from .reference import ReferenceError as ProblemFailed
     try:
         with err.status(f"evaluating {solution} on {prob.name}"):
             result = evaluate(solution, prob, cfg)
     except ProblemFailed as e:  # the problem is broken: no verdict for the solution
-        raise click.ClickException(str(e)) from None
+        raise HarnessFailed(str(e)) from None
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     else:
         print_result(result, _console(stderr=False))
+    sys.stdout.flush()
+    sys.exit(EXIT_PASSED if result.status.value == "passed" else EXIT_VERDICT)
 
 
 @main.group("problems")
@@ -128,9 +165,12 @@ def problems_list(problems_dir, level, text, as_json):
         sys.stdout.write(json.dumps(rows) + "\n")
         return
     from rich.table import Table
+    out = _console(stderr=False)
     t = Table(title=f"{len(rows)} problems")
     for col in ("name", "level", "inputs", "GFLOP", "MB"):
-        t.add_column(col, justify="right" if col in ("GFLOP", "MB") else "left")
+        # names whole, always: they are what --problem takes
+        t.add_column(col, justify="right" if col in ("GFLOP", "MB") else "left", no_wrap=col == "name",
+                     min_width=max((len(r["name"]) for r in rows), default=4) if col == "name" else None)
     for r in rows:
         if "error" in r:
             t.add_row(r["name"], str(r["level"]), f"[red]{r['error']}[/]", "", "")
@@ -138,7 +178,10 @@ def problems_list(problems_dir, level, text, as_json):
         t.add_row(r["name"], str(r["level"]), ", ".join(r["inputs"]),
                   "-" if r["flops"] is None else f"{r['flops'] / 1e9:.1f}",
                   "-" if r["bytes"] is None else f"{r['bytes'] / 1e6:.1f}")
-    _console(stderr=False).print(t)
+    if not out.is_terminal:  # piped: as wide as the rows need, nothing cut
+        from .leaderboard import wide
+        out = wide(out)
+    out.print(t)
 
 
 @problems_group.command("check")
@@ -221,8 +264,8 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
         summary = run_batch(list(paths), cfg, problem=problem, problem_roots=list(problems_dir) or None, out=out,
                             resume=resume, label=label, gpus=gpus, compile_workers=compile_workers,
                             console=_console(), verbose=verbose)
-    except BatchError as e:
-        raise click.ClickException(str(e)) from None
+    except BatchError as e:  # nothing to run, a run folder in use: the user's to fix
+        raise UsageFailed(str(e)) from None
     except KeyboardInterrupt:
         # in-flight evaluations are abandoned (their workers killed); threads are not waited for
         kill_children()
@@ -232,10 +275,16 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
         from .leaderboard import label_summary, load_records, summary_json
         df = load_records([summary.run_dir], signed_only=True)
         sys.stdout.write((summary_json(label_summary(df)) if not df.empty else "[]") + "\n")
+    # a run's verdicts, failing ones included, are its results: 0 once every matched item has its
+    # record; 3 where items were left without one (a problem that failed, an internal error) or the
+    # run was interrupted (--resume finishes it). Files that match no problem are reported, not counted.
+    lost = [s for s in summary.skipped if s.problem is not None]
+    code = EXIT_HARNESS if lost or summary.interrupted else EXIT_PASSED
+    sys.stdout.flush()
+    sys.stderr.flush()
     if _exit_fast:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    sys.exit(code)
 
 
 @main.command("leaderboard")

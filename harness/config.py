@@ -228,3 +228,32 @@ def load_config(path: Optional[str | Path] = None, overrides: Optional[dict[str,
             node = node.setdefault(p, {})
         node[leaf] = value
     return Config.model_validate(data)
+
+
+def keys() -> list[str]:
+    """Every key a config file may set, dotted ("timing.budget_s")."""
+    out = []
+    for name, field in Config.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            out += [f"{name}.{k}" for k in sub.model_fields]
+        else:
+            out.append(name)
+    return out
+
+
+def explain(error, options: Optional[dict[str, str]] = None) -> str:
+    """A pydantic ValidationError of Config in a user's words: each bad key, the option that set it
+    where one did (`options`: dotted key -> "--trials"), and for a key that does not exist the
+    nearest that does."""
+    import difflib
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(loc, keys(), n=1, cutoff=0.6)
+            msg = "no such key" + (f"; did you mean {near[0]}?" if near else "")
+        where = (options or {}).get(loc)
+        parts.append(f"{where} ({loc}): {msg}" if where else f"{loc}: {msg}")
+    return "; ".join(parts)

@@ -5,7 +5,9 @@ and how many passed, and the best passing speedup with its runtime. Per label: r
 status, fast_p for p in FAST_P (the fraction of the run's problems where the label has a passing
 solution faster than p times the reference, i.e. speedup > p; fast_0 is the fraction solved;
 problems without a passing solution count as failures; the denominator is every problem in the
-merged runs, attempted or not), and the geometric-mean speedup over the label's passing solutions.
+merged runs, attempted or not, less those where every solution of the label is `unsupported`: it
+needs hardware the machine lacked, which says nothing of it), and the geometric-mean speedup over the
+label's passing solutions.
 
 Merging: when the same solution (label, problem, solution_hash) has records in several runs, the last
 one given (and within a run, the last written) stands.
@@ -21,7 +23,7 @@ import pandas as pd
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
-                "interface_error", "no_code", "too_big"]
+                "interface_error", "no_code", "too_big", "unsupported"]
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "runtime_ms", "ref_runtime_ms",
            "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
 
@@ -100,10 +102,14 @@ def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.Data
         mine = df[df.label == label]
         b = best[best.label == label].speedup
         passed_sp = mine[(mine.status == "passed") & (mine.speedup > 0)].speedup
-        row = {"label": label, "problems": n_problems, "attempted": mine.problem.nunique(),
-               "solved": int(len(b)), "solutions": len(mine)}
+        # problems this label's solutions could not be run on here (all `unsupported`): no failures,
+        # out of solved and fast_p (a CPU machine given CUDA solutions)
+        unsupported = int(mine.groupby("problem").status.apply(lambda s: (s == "unsupported").all()).sum())
+        n = max(0, n_problems - unsupported)
+        row = {"label": label, "problems": n, "attempted": mine.problem.nunique() - unsupported,
+               "unsupported_problems": unsupported, "solved": int(len(b)), "solutions": len(mine)}
         row.update({s: int(counts.loc[label, s]) for s in STATUS_ORDER})
-        row.update({fast_col(p): (float((b > p).sum()) / n_problems if n_problems else 0.0) for p in FAST_P})
+        row.update({fast_col(p): (float((b > p).sum()) / n if n else 0.0) for p in FAST_P})
         row["geomean_speedup"] = float(math.exp(passed_sp.map(math.log).mean())) if len(passed_sp) else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -113,10 +119,33 @@ def write_csv(pp: pd.DataFrame, summary: pd.DataFrame, path: str | Path) -> tupl
     """`path` gets the (label, problem) rows; `<stem>_summary.csv` beside it the per-label summary."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pp.to_csv(path, index=False)
+    _for_csv(pp).to_csv(path, index=False)
     spath = path.with_name(path.stem + "_summary" + (path.suffix or ".csv"))
-    summary.to_csv(spath, index=False)
+    _for_csv(summary).to_csv(spath, index=False)
     return path, spath
+
+
+def _for_csv(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers rounded to what they mean (speedups and fractions to 4 places, times to 0.01 us) and
+    solution paths relative to the current folder where they lie under it."""
+    import os
+    df = df.copy()
+    for col in df.columns:
+        if col in ("runtime_ms", "ref_runtime_ms"):
+            df[col] = df[col].round(5)
+        elif pd.api.types.is_float_dtype(df[col]):
+            df[col] = df[col].round(4)
+    here = os.getcwd()
+
+    def rel(p):
+        if not isinstance(p, str) or not os.path.isabs(p):
+            return p
+        r = os.path.relpath(p, here)
+        return p if r.startswith("..") else r
+    for col in ("solution", "best_solution"):
+        if col in df.columns:
+            df[col] = df[col].map(rel)
+    return df
 
 
 def _fmt(v, kind: str = "") -> str:

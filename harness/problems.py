@@ -97,7 +97,12 @@ def find_problem(ref: str | Path, roots: Optional[Iterable[str | Path]] = None) 
     if len(by_stem) > 1:
         names = ", ".join(q.name for q in by_stem[:8])
         raise LookupError(f"problem {ref!r} is ambiguous: {names}")
-    raise LookupError(f"no problem {ref!r} under {', '.join(str(r) for r in (roots or DEFAULT_ROOTS))}")
+    import difflib
+    names = [q.name for q in problems]
+    near = difflib.get_close_matches(ref_s, names, n=3, cutoff=0.6) or difflib.get_close_matches(
+        ref_s, [q.path.stem for q in problems], n=3, cutoff=0.6)
+    raise LookupError(f"no problem {ref!r} under {', '.join(str(r) for r in (roots or DEFAULT_ROOTS))}"
+                      + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from .records.result import EvalResult
 
 STATUS_STYLE = {"passed": "bold green", "incorrect": "bold red", "compile_error": "red", "runtime_error": "red",
                 "timeout": "yellow", "no_code": "dim", "interface_error": "magenta", "rejected": "bold magenta",
-                "too_big": "cyan"}
+                "too_big": "cyan", "unsupported": "dim cyan"}
 
 
 def _ms(x):

@@ -39,7 +39,7 @@ def test_eval_json_is_one_object_on_stdout():
 def test_eval_problem_by_name_and_table_output():
     p = run_cli("eval", "tests/adversarial/cpu/nan_output.py",
                 "--problem", "relu_add", "--problems", "tests/problems", "--device", "cpu")
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == 1, p.stderr[-2000:]  # a verdict other than passed
     assert "incorrect" in p.stdout and "NaN" in p.stdout
 
 
@@ -88,3 +88,73 @@ def test_kernelbench_numerics_leave_pytorchs_defaults_and_the_record_says_so(tmp
     rec = json.loads(p.stdout.strip().splitlines()[-1])
     assert rec["status"] == "passed", (rec["error"], p.stderr[-2000:])
     assert (rec["env"]["cudnn_allow_tf32"], rec["env"]["matmul_allow_tf32"]) == (True, False)
+
+
+def test_exit_codes_tell_a_verdict_from_a_usage_error_from_the_harness_failing(tmp_path):
+    """eval: 0 passed, 1 any other verdict, 2 a usage error, 3 no verdict through the harness's or
+    the problem's fault; batch: 0 once every matched item has its record, whatever its verdict."""
+    passed = run_cli("eval", "tests/fixtures/cpu/honest_cpp.py", "--problem", "tests/problems/relu_add.py",
+                     "--device", "cpu", "--json")
+    assert passed.returncode == 0 and json.loads(passed.stdout)["status"] == "passed", passed.stderr[-2000:]
+    wrong = run_cli("eval", "tests/adversarial/cpu/nan_output.py", "--problem", "tests/problems/relu_add.py",
+                    "--device", "cpu", "--json")
+    assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == "incorrect", wrong.stderr[-2000:]
+    unsupported = run_cli("eval", "tests/fixtures/cpu/needs_cuda.py", "--problem", "tests/problems/relu_add.py",
+                          "--device", "cpu", "--json")
+    assert unsupported.returncode == 1 and json.loads(unsupported.stdout)["status"] == "unsupported"
+    assert run_cli("eval", "tests/fixtures/cpu/honest_cpp.py", "--problem", "no_such_problem").returncode == 2
+    broken = tmp_path / "broken_problem.py"
+    broken.write_text("import torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                      "        super().__init__()\n        raise RuntimeError('this problem is broken')\n\n\n"
+                      "def get_inputs():\n    return []\n\n\ndef get_init_inputs():\n    return []\n")
+    p = run_cli("eval", "tests/fixtures/cpu/honest_cpp.py", "--problem", str(broken), "--device", "cpu")
+    assert p.returncode == 3 and "this problem is broken" in p.stderr, (p.returncode, p.stderr[-2000:])
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for f in ("honest_cpp.py", "needs_cuda.py"):
+        (subs / f).write_text((ROOT / "tests/fixtures/cpu" / f).read_text())
+    (subs / "wrong.py").write_text((ROOT / "tests/adversarial/cpu/nan_output.py").read_text())
+    b = run_cli("batch", str(subs), "--problem", "tests/problems/relu_add.py", "--device", "cpu",
+                "--out", str(tmp_path / "run"), timeout=300)
+    assert b.returncode == 0, b.stderr[-2000:]
+    assert "1 solution(s) need hardware this machine lacks" in b.stderr and "unsupported 1" in b.stderr
+
+
+def test_user_errors_are_one_line_with_the_fix(tmp_path):
+    """A config file that is not TOML, a key one letter off, an option out of range and a problem name
+    one letter off: each a usage error (2) in one line naming the fix, never a traceback."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    bad_toml, typo = tmp_path / "bad.toml", tmp_path / "typo.toml"
+    bad_toml.write_text("[timing\nbudget_s = 1\n")
+    typo.write_text("[timing]\nbuget_s = 1\n")
+    sol = "tests/fixtures/cpu/honest_cpp.py"
+    cases = [(["--problem", "relu_add", "--config", str(bad_toml)], "not valid TOML"),
+             (["--problem", "relu_add", "--config", str(typo)], "did you mean timing.budget_s?"),
+             (["--problem", "relu_add", "--trials", "0"], "--trials (correctness.trials)"),
+             (["--problem", "relu_ad"], "did you mean 'relu_add'?")]
+    for args, says in cases:
+        r = CliRunner().invoke(main, ["eval", sol, "--problems", "tests/problems", "--device", "cpu", *args])
+        assert r.exit_code == 2, (args, r.exit_code, r.output)
+        assert says in r.output and "Traceback" not in r.output, (args, r.output)
+
+
+def test_the_readmes_python_example_runs_as_written():
+    """The README's `from harness import ...` block, exactly as a user would paste it (on CPU here)."""
+    import re
+    block = re.search(r"From Python.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    p = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[0] == "passed", p.stdout
+
+
+def test_problem_names_are_listed_whole_when_piped():
+    """`harness problems list` piped, or in a narrow terminal: names are what --problem takes, never cut."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    r = CliRunner().invoke(main, ["problems", "list", "--problems", "problems", "--filter", "conv2d_relu_bias"],
+                           terminal_width=60)
+    assert r.exit_code == 0, r.output
+    assert "level2/01_conv2d_relu_bias_add" in r.output, r.output

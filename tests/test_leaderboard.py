@@ -109,3 +109,30 @@ def test_signed_records_stay_whole_and_belong_to_their_run(tmp_path):
     assert 9.0 in set(unsigned["speedup"].dropna())
     recs, passed_over = read_records(d1 / "results.jsonl", signed_only=True, run_id="a" * 32)
     assert len(recs) == 2 and passed_over == 1
+
+
+def test_a_problem_whose_solutions_all_need_missing_hardware_is_out_of_solved_and_fast_p(tmp_path):
+    """`unsupported` (CUDA solutions on a CPU machine) says nothing of the solution: such a problem is
+    no failure of its label, and leaves the label's denominators (the README's first command on a
+    machine without a GPU reported `solved 1/3` for one runnable solution out of one)."""
+    from harness.leaderboard import label_summary, load_records
+    recs = [rec("A", "p1", "passed", 1.5), rec("A", "p2", "unsupported"), rec("A", "p3", "unsupported"),
+            rec("A", "p4", "unsupported"), rec("A", "p4", "incorrect"),  # p4: one it could run, and failed
+            rec("B", "p2", "passed", 3.0)]
+    s = label_summary(load_records([write_run(tmp_path / "r", recs)])).set_index("label")
+    assert s.loc["A", "unsupported_problems"] == 2 and s.loc["A", "problems"] == 2 and s.loc["A", "solved"] == 1
+    assert s.loc["A", "fast_1"] == pytest.approx(0.5) and s.loc["A", "unsupported"] == 3
+    assert s.loc["B", "problems"] == 4 and s.loc["B", "fast_1"] == pytest.approx(0.25)
+
+
+def test_the_csv_has_rounded_numbers_and_paths_relative_to_where_it_was_made(tmp_path, monkeypatch):
+    from harness.leaderboard import label_summary, load_records, per_problem, write_csv
+    monkeypatch.chdir(tmp_path)
+    recs = [rec("A", "p1", "passed", 1.0 / 3.0, solution=str(tmp_path / "subs" / "a.py")),
+            rec("A", "p2", "passed", 2.0, solution="/elsewhere/b.py")]
+    df = load_records([write_run(tmp_path / "r", recs)])
+    path, spath = write_csv(per_problem(df), label_summary(df), tmp_path / "board.csv")
+    rows = pd.read_csv(path).set_index("problem")
+    assert rows.loc["p1", "best_solution"] == "subs/a.py" and rows.loc["p2", "best_solution"] == "/elsewhere/b.py"
+    assert "0.3333," in path.read_text() and "0.33333333" not in path.read_text()
+    assert "0.3333333" not in spath.read_text()

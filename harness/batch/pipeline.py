@@ -188,8 +188,9 @@ class Pipeline:
         self.summary.statuses[rec.status.value] += 1
         if self.verbose:
             sp = f" {rec.speedup:.2f}x" if rec.speedup else ""
+            why = f"  ({(rec.error or '').splitlines()[0][:160]})" if rec.status.value != "passed" and rec.error else ""
             self.console.print(f"[{self.done + self.skipped}/{self.total}] {rec.status.value}{sp}  "
-                               f"{item.label or '-'}  {item.problem.name}  {item.short()}",
+                               f"{item.label or '-'}  {item.problem.name}  {item.short()}{why}",
                                highlight=False, soft_wrap=True)
 
     def _skip(self, item: Item, reason: str) -> None:

@@ -269,6 +269,11 @@ def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
         write_csv(pp, ls, run_dir / "leaderboard.csv")
         render_summary(ls, console, title=f"{run_dir}  ({summary.records} new records, {summary.resumed} earlier, "
                                           f"{len(summary.skipped)} skipped, {summary.wall_s:.0f}s)")
+        unsupported = df[df.status == "unsupported"]
+        if not unsupported.empty:  # not failures, and out of `solved`: say why they are not counted
+            console.print(f"{len(unsupported)} solution(s) need hardware this machine lacks (`unsupported`, "
+                          f"not counted in solved or fast_p): {', '.join(sorted(set(unsupported.problem))[:5])}"
+                          + (" ..." if unsupported.problem.nunique() > 5 else ""), highlight=False, soft_wrap=True)
 
 
 def _run_with_progress(pipe: Pipeline, console, live: bool) -> None:

@@ -20,6 +20,12 @@ class Status(str, Enum):
     interface_error = "interface_error"
     rejected = "rejected"
     too_big = "too_big"  # the problem needs more memory than this machine has: no verdict on the solution
+    # the solution needs hardware this evaluation lacks (CUDA kernels on the CPU path), read from its
+    # source by the parent: no verdict on it, and kept out of solved and fast_p (leaderboard.py)
+    unsupported = "unsupported"
+
+    def __str__(self) -> str:  # print(record.status) shows "passed", not "Status.passed"
+        return self.value
 
 
 class Stats(BaseModel):

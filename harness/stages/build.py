@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..build import builds_extensions, compile_solution, extensions_dir, source_file
+from ..build import builds_extensions, compile_solution, extensions_dir, needs_cuda, source_file
 from ..pyast import parse
 from ..records.messages import CompileReply
 from ..records.result import Status
@@ -28,6 +28,10 @@ class Built:
 def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
     cfg = ctx.cfg
     t0 = time.perf_counter()
+    why = needs_cuda(source.solution.code) if ctx.device == "cpu" else None
+    if why:
+        raise Failure(Status.unsupported, f"needs a CUDA device: {why}; this evaluation runs on the CPU "
+                                          "(run it on a GPU machine, with --device cuda)")
     cache = Path(cfg.cache_dir).resolve()
     sol = source.solution
     module = source_file(sol.code, sol.path, cache, sol.extracted)
