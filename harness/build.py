@@ -64,38 +64,6 @@ def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
     return d.resolve()
 
 
-def needs_cuda(code: str) -> Optional[str]:
-    """Why the solution cannot run without a CUDA device, read from its source by the parent (the
-    build child runs the solution's code, whose word on it is not taken): CUDA sources given to
-    `load_inline`, a `.cu` file given to `load`, Triton imported. None where its source says none."""
-    import ast
-
-    from .pyast import parse
-    try:
-        tree = parse(code)
-    except (SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if any(n == "triton" or n.startswith("triton.") for n in names):
-                return "it imports triton, whose kernels run on a GPU"
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if name == "load_inline":
-            given = [k.value for k in node.keywords if k.arg == "cuda_sources"] + node.args[2:3]
-            if any(not (isinstance(v, ast.Constant) and v.value in (None, "", ())) for v in given):
-                return "it builds CUDA sources (load_inline's cuda_sources)"
-        elif name == "load":
-            for v in list(node.args) + [k.value for k in node.keywords]:
-                for c in ast.walk(v):
-                    if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.endswith((".cu", ".cuh")):
-                        return f"it builds a CUDA source file ({c.value})"
-    return None
-
-
 def builds_extensions(code: str) -> bool:
     """Does the solution compile extensions (load_inline and friends), so that a build child runs it?"""
     return "cpp_extension" in code or "load_inline" in code

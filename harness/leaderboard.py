@@ -131,6 +131,8 @@ def _for_csv(df: pd.DataFrame) -> pd.DataFrame:
     import os
     df = df.copy()
     for col in df.columns:
+        if col in ("runtime_ms", "ref_runtime_ms", "best_speedup", "geomean_speedup"):  # None where none passed
+            df[col] = pd.to_numeric(df[col], errors="coerce")
         if col in ("runtime_ms", "ref_runtime_ms"):
             df[col] = df[col].round(5)
         elif pd.api.types.is_float_dtype(df[col]):

@@ -136,3 +136,12 @@ def test_the_csv_has_rounded_numbers_and_paths_relative_to_where_it_was_made(tmp
     assert rows.loc["p1", "best_solution"] == "subs/a.py" and rows.loc["p2", "best_solution"] == "/elsewhere/b.py"
     assert "0.3333," in path.read_text() and "0.33333333" not in path.read_text()
     assert "0.3333333" not in spath.read_text()
+
+
+def test_the_csv_is_written_when_nothing_passed(tmp_path):
+    """No time in any record (nothing passed, or every solution `unsupported`): the columns are
+    empty, not a reason to fail (the batch exited 3 and wrote no leaderboard.csv: a helper's find)."""
+    from harness.leaderboard import label_summary, load_records, per_problem, write_csv
+    df = load_records([write_run(tmp_path / "r", [rec("A", "p1", "unsupported"), rec("A", "p2", "incorrect")])])
+    path, spath = write_csv(per_problem(df), label_summary(df), tmp_path / "board.csv")
+    assert len(pd.read_csv(path)) == 2 and len(pd.read_csv(spath)) == 1

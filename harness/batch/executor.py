@@ -173,7 +173,7 @@ _source_lock = threading.Lock()
 def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileOutcome:
     """Build one solution in an isolated child. Items that need no device get their record here.
     `lender`: the build also borrows the timing CPUs while nothing is timed (cpus.Lender)."""
-    from ..build import builds_extensions, extensions_dir, needs_cuda, source_file
+    from ..build import builds_extensions, extensions_dir, source_file
     from ..evaluation import evaluate
     from ..reference import ReferenceSession
     from ..solutions import load_solution
@@ -186,9 +186,6 @@ def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileO
         sol = load_solution(task.solution)
         idle_ref = ReferenceSession(task.problem, cfg, task.device, task.size, task.dtype)  # never started
         if sol.code is None or check_source(sol.code).rejected or not _parses(sol.code):
-            out.record = evaluate(task.solution, task.problem, cfg, label=task.label, reference=idle_ref)
-            return out
-        if task.device == "cpu" and needs_cuda(sol.code):  # `unsupported`, with no build child
             out.record = evaluate(task.solution, task.problem, cfg, label=task.label, reference=idle_ref)
             return out
         if not builds_extensions(sol.code):  # nothing to build: evaluate() only parses it, on the slot

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..build import builds_extensions, compile_solution, extensions_dir, needs_cuda, source_file
+from ..build import builds_extensions, compile_solution, extensions_dir, source_file
 from ..pyast import parse
 from ..records.messages import CompileReply
 from ..records.result import Status
@@ -28,10 +28,6 @@ class Built:
 def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
     cfg = ctx.cfg
     t0 = time.perf_counter()
-    why = needs_cuda(source.solution.code) if ctx.device == "cpu" else None
-    if why:
-        raise Failure(Status.unsupported, f"needs a CUDA device: {why}; this evaluation runs on the CPU "
-                                          "(run it on a GPU machine, with --device cuda)")
     cache = Path(cfg.cache_dir).resolve()
     sol = source.solution
     module = source_file(sol.code, sol.path, cache, sol.extracted)
@@ -49,6 +45,13 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
         raise Failure(Status.timeout, f"building the solution took over {cfg.timeouts.compile_s:g} s", log=log)
     if failure:
         raise Failure(Status.runtime_error, f"the solution crashed while being imported for its build ({failure})", log=log)
+    if not creply.ok and creply.category == "needs_cuda" and ctx.device == "cpu":
+        # its import called a CUDA build (the build child's wrapper stopped it there): what it is cannot
+        # be seen on the CPU path. Only a build it ran counts, never a source that merely mentions one
+        # (a dead `if False: load_inline(..., cuda_sources=...)` took wrong CPU solutions out of
+        # solved and fast_p: a helper's attack)
+        raise Failure(Status.unsupported, f"needs a CUDA device: {creply.error} (this evaluation runs on the "
+                                          "CPU: run it on a GPU machine, with --device cuda)", log=log)
     if not creply.ok:
         status = Status.runtime_error if creply.category == "import_error" else Status.compile_error
         raise Failure(status, creply.error, log=log)
