@@ -237,6 +237,13 @@ def test_matching_rules_and_labels(tmp_path):
     assert not skipped and {(it.problem.name, it.label) for it in items} == {("softmax_wide", "L")}
     items, _ = plan_items([subs / "m1" / "relu_add"], problems, None, None, "roots")
     assert [(it.problem.name, it.label) for it in items] == [("relu_add", None)]
+    # no label folder under PATH (the README's solutions/<problem>/x.py): PATH's own name
+    write(subs / "m1" / "notes.txt", "my notes")
+    write(subs / "m1" / "scores.csv", "x")
+    ignored = []
+    items, _ = plan_items([subs / "m1"], problems, None, None, "roots", ignored)
+    assert ("relu_add", "m1") in [(it.problem.name, it.label) for it in items]
+    assert sorted(f.name for f in ignored) == ["notes.txt", "scores.csv"]  # told of, not dropped silently
 
 
 class FakeExecutor:
@@ -424,3 +431,11 @@ def test_resume_passes_over_records_the_harness_did_not_sign(tmp_path):
     assert status == {"honest.py": "passed", "forge_record.py": "incorrect"}, status
     board = pd.read_csv(run / "leaderboard.csv")  # one row: (m, relu_add), its best solution the honest one
     assert len(board) == 1 and board["best_speedup"].max() < 10 and board["passed"].sum() == 1, board.to_dict("records")
+
+
+def test_an_empty_folder_says_so(tmp_path):
+    (tmp_path / "empty").mkdir()
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "batch", str(tmp_path / "empty"), "--problems",
+                        str(PROBLEMS), "--device", "cpu", "--out", str(tmp_path / "run")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "no solution files under" in p.stderr, p.stderr[-2000:]

@@ -48,8 +48,10 @@ class Skipped:
     problem: Optional[str] = None
 
 
-def collect_files(paths: Iterable[str | Path]) -> list[tuple[Path, Optional[Path]]]:
-    """(file, the folder given on the command line or None for a file given directly)."""
+def collect_files(paths: Iterable[str | Path], ignored: Optional[list[Path]] = None) -> list[tuple[Path, Optional[Path]]]:
+    """(file, the folder given on the command line or None for a file given directly). `ignored`
+    gets the files of those folders not read as solutions (other suffixes, a README, notes), hidden
+    and `_` paths aside, so that the user is told of them."""
     seen, out = set(), []
     for arg in paths:
         p = Path(arg)
@@ -58,7 +60,11 @@ def collect_files(paths: Iterable[str | Path]) -> list[tuple[Path, Optional[Path
         if p.is_file():
             cands = [(p, None)]
         else:
-            cands = [(f, p) for f in sorted(p.rglob("*")) if f.is_file() and _is_solution_file(f, p)]
+            files = [f for f in sorted(p.rglob("*")) if f.is_file()
+                     and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)]
+            cands = [(f, p) for f in files if _is_solution_file(f, p)]
+            if ignored is not None:
+                ignored += [f for f in files if not _is_solution_file(f, p)]
         for f, root in cands:
             key = f.resolve()
             if key not in seen:
@@ -123,12 +129,12 @@ class Matcher:
 
 
 def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: Optional[str],
-               roots_text: str) -> tuple[list[Item], list[Skipped]]:
+               roots_text: str, ignored: Optional[list[Path]] = None) -> tuple[list[Item], list[Skipped]]:
     from ..build import builds_extensions
     from ..solutions import load_solution
     matcher = Matcher(problems, fixed)
     items, skipped = [], []
-    for f, root in collect_files(paths):
+    for f, root in collect_files(paths, ignored):
         prob, at, why = matcher.match(f, root)
         lab = label or _label_for(f, root, at)
         if prob is None:
@@ -145,12 +151,13 @@ def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: 
 
 
 def _label_for(f: Path, root: Optional[Path], problem_at: Optional[int]) -> Optional[str]:
-    """The submitter: the top folder under PATH (subs/modelA/<problem>/x.py -> modelA). None when
-    there is no such folder, or when it is the problem's own folder."""
+    """The submitter: the top folder under PATH (subs/modelA/<problem>/x.py -> modelA), else PATH's
+    own name (solutions/<problem>/x.py -> solutions). None for a file given directly, and where PATH
+    is the problem's own folder."""
     if root is None:
         return None
     rel = f.relative_to(root).parent.parts
     # problem_at indexes [PATH's name] + rel: rel[0] is at 1
     if rel and (problem_at is None or problem_at > 1):
         return rel[0]
-    return None
+    return root.resolve().name if problem_at != 0 else None

@@ -34,7 +34,7 @@ from ..problems import DEFAULT_ROOTS, discover, find_problem
 from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
 from .executor import DeviceSlot, LocalExecutor
 from .pipeline import BatchSummary, Pipeline
-from .plan import BatchError, Item, Skipped, plan_items
+from .plan import SOLUTION_SUFFIXES, BatchError, Item, Skipped, plan_items
 from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key, run_id
 
 
@@ -159,9 +159,17 @@ def _plan(paths: list[str], problem: Optional[str], problem_roots: Optional[list
         except LookupError as e:
             raise BatchError(str(e)) from None
         problems = discover(roots)
-        items, skipped = plan_items(paths, problems, fixed, label, roots_text)
+        ignored: list[Path] = []
+        items, skipped = plan_items(paths, problems, fixed, label, roots_text, ignored)
         for sk in skipped:
             console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
+        if ignored:
+            console.print(f"not read as solutions ({len(ignored)}: only {', '.join(sorted(SOLUTION_SUFFIXES))} files, not "
+                          f"README, LICENSE or notes): {', '.join(str(f) for f in ignored[:5])}"
+                          + (" ..." if len(ignored) > 5 else ""), highlight=False, soft_wrap=True)
+        if not items and not skipped and not resume:
+            raise BatchError(f"no solution files under {', '.join(map(str, paths))} (a solution is a "
+                             f"{', '.join(sorted(SOLUTION_SUFFIXES))} file)")
         if not items and not resume:
             raise BatchError(f"no solution matched a problem ({len(skipped)} file(s) skipped)")
     except BaseException:
