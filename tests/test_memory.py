@@ -37,6 +37,27 @@ def _later(fn):
     return t, box
 
 
+def _slot_evaluation(tmp_path, model: str, forward: str = "x * 2", **overrides):
+    """One evaluation on a CPU batch slot (SlotRuntime: run alone included) of a problem whose source
+    is `model` (its Model class and what comes before it; one input of 64 floats) and of a solution
+    whose forward returns `forward`."""
+    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
+    from harness.memory import Admission
+    from harness.problems import find_problem
+    prob_file = tmp_path / "problem_under_test.py"
+    prob_file.write_text("import os\nimport torch\nimport torch.nn as nn\n\n\n" + model + "\n\n\n"
+                         "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text(f"import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                   f"        return {forward}\n")
+    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, **overrides})
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
+    try:
+        return rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
+    finally:
+        rt.close()
+
+
 def test_an_evaluation_waits_until_the_budget_holds_it_and_the_oldest_never_waits():
     from harness.memory import Need
     adm = _admission(host_gb=10)
@@ -373,24 +394,10 @@ def test_a_reference_out_of_memory_as_it_starts_gets_too_big_after_a_run_alone(t
     """The reference's build or warm-up ran out of memory (beside other evaluations, most likely):
     a record `too_big`, given after a run alone, not a failed problem whose solutions get no record
     at all (25 of KernelBench level 1's 100 on an H100, their references started beside others)."""
-    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
-    from harness.memory import Admission
-    from harness.problems import find_problem
     from harness.records.result import Status
-    prob_file = tmp_path / "big_init.py"
-    prob_file.write_text(
-        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-        "        super().__init__()\n        raise MemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')\n\n"
-        "    def forward(self, x):\n        return x\n\n\ndef get_inputs():\n    return [torch.randn(4)]\n\n\n"
-        "def get_init_inputs():\n    return []\n")
-    sol = tmp_path / "sol.py"
-    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
-    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
-    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
-    try:
-        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
-    finally:
-        rt.close()
+    out = _slot_evaluation(tmp_path, "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                           "        raise MemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')\n\n"
+                           "    def forward(self, x):\n        return x", forward="x")
     assert not out.problem_failed and out.record is not None, out.error
     assert out.record.status == Status.too_big and "rerun_alone" in out.record.flags, out.record
     assert "Model failed to build" in out.record.error
@@ -525,28 +532,17 @@ def test_a_judged_trial_is_let_go_by_the_reference_whatever_the_verdict(monkeypa
     assert released == ["again", "again"]
 
 
+# a reference that fails on its 13th call: past its start and trials, in its first timing round
+FAILS_WHEN_TIMED = ("class Model(nn.Module):\n    calls = 0\n\n    def forward(self, x):\n        Model.calls += 1\n"
+                    "        if Model.calls > 12:\n            {what}\n        return x * 2")
+
+
 def test_a_reference_out_of_memory_while_timed_gets_too_big_not_an_internal_error(tmp_path):
     """Out of memory in the reference's timing rounds (beside other evaluations' memory, most likely)
     is `too_big` after a run alone, with a record, not an internal error that left the solution
     without one (two KernelBench level-1 problems on an H100)."""
-    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
-    from harness.memory import Admission
-    from harness.problems import find_problem
     from harness.records.result import Status
-    prob_file = tmp_path / "oom_when_timed.py"
-    prob_file.write_text(
-        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    calls = 0\n\n"
-        "    def forward(self, x):\n        Model.calls += 1\n        if Model.calls > 12:\n"
-        "            raise MemoryError('CUDA out of memory. Tried to allocate 6.00 GiB')\n        return x * 2\n\n\n"
-        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
-    sol = tmp_path / "sol.py"
-    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
-    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
-    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
-    try:
-        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
-    finally:
-        rt.close()
+    out = _slot_evaluation(tmp_path, FAILS_WHEN_TIMED.format(what="raise MemoryError('CUDA out of memory. Tried to allocate 6.00 GiB')"))
     assert out.record is not None, out.error
     assert out.record.status == Status.too_big and "rerun_alone" in out.record.flags, out.record
     assert "timing" in out.record.error, out.record.error
@@ -555,23 +551,7 @@ def test_a_reference_out_of_memory_while_timed_gets_too_big_not_an_internal_erro
 def test_a_reference_that_dies_while_timed_is_the_problems_failure_not_the_solutions(tmp_path):
     """The reference's process ending in a timing round was blamed on the solution ("the solution's
     process died while being timed: exit code 0", KernelBench level1/42 on an H100)."""
-    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
-    from harness.memory import Admission
-    from harness.problems import find_problem
-    prob_file = tmp_path / "dies_when_timed.py"
-    prob_file.write_text(
-        "import os\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    calls = 0\n\n"
-        "    def forward(self, x):\n        Model.calls += 1\n        if Model.calls > 12:\n"
-        "            os._exit(0)\n        return x * 2\n\n\n"
-        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
-    sol = tmp_path / "sol.py"
-    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
-    cfg = make_config(device="cpu", **{"batch.standby_workers": 0})
-    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
-    try:
-        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
-    finally:
-        rt.close()
+    out = _slot_evaluation(tmp_path, FAILS_WHEN_TIMED.format(what="os._exit(0)"))
     assert out.record is None and out.problem_failed, out.record
     assert "the reference's process died while timed" in out.error, out.error
 
@@ -581,26 +561,12 @@ def test_a_torch_compile_baseline_that_fails_while_timed_leaves_the_reference_ru
     evaluations) costs the record its baseline, not its verdict: the reference's process used to end
     after the failed command, and the next round found it gone (KernelBench level1/29 on an H100: its
     problem failed, "the reference's process died while timed: exit code 0")."""
-    from harness.batch.executor import DeviceSlot, EvalTask, SlotRuntime
-    from harness.memory import Admission
-    from harness.problems import find_problem
     from harness.records.result import Status
-    prob_file = tmp_path / "no_compile.py"
-    prob_file.write_text(  # (a trusted problem standing in for one Inductor cannot compile)
-        "import torch\nimport torch.nn as nn\n\n\ndef _fails(model, *a, **k):\n"
-        "    def call(*args):\n        raise RuntimeError('this model does not compile')\n    return call\n\n\n"
-        "torch.compile = _fails\n\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return x * 2\n\n\n"
-        "def get_inputs():\n    return [torch.randn(64)]\n\n\ndef get_init_inputs():\n    return []\n")
-    sol = tmp_path / "sol.py"
-    sol.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n")
-    cfg = make_config(device="cpu", **{"batch.standby_workers": 0, "timing.compile_baseline": "on",
-                                       "cache_dir": str(tmp_path / "cache")})
-    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Admission())
-    try:
-        out = rt.evaluate(EvalTask(0, str(sol), find_problem(prob_file), None, cfg, None))
-    finally:
-        rt.close()
+    # (a trusted problem standing in for one Inductor cannot compile)
+    out = _slot_evaluation(tmp_path, "def _fails(model, *a, **k):\n    def call(*args):\n"
+                           "        raise RuntimeError('this model does not compile')\n    return call\n\n\n"
+                           "torch.compile = _fails\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                           "        return x * 2", **{"timing.compile_baseline": "on", "cache_dir": str(tmp_path / "cache")})
     assert out.record is not None, out.error
     assert out.record.status == Status.passed, (out.record.status, out.record.error)
     assert "does not compile" in out.record.timing_method.get("compile_baseline_error", ""), out.record.timing_method
