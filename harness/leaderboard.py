@@ -24,8 +24,8 @@ import pandas as pd
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
                 "interface_error", "no_code", "too_big", "unsupported"]
-COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "runtime_ms", "ref_runtime_ms",
-           "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
+COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "speedup_lo", "speedup_hi", "runtime_ms",
+           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
 
 
 def fast_col(p: float) -> str:
@@ -53,7 +53,9 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
             env = r.get("env") or {}
             rows.append({"run": str(path.parent if path.name == "results.jsonl" else path), "order": (order, n),
                          "label": r.get("label") or "-", "problem": r["problem"], "solution": r.get("solution", ""),
-                         "status": r["status"], "speedup": r.get("speedup"), "runtime_ms": r.get("runtime_ms"),
+                         "status": r["status"], "speedup": r.get("speedup"),
+                         "speedup_lo": (r.get("speedup_ci") or [None, None])[0],
+                         "speedup_hi": (r.get("speedup_ci") or [None, None])[1], "runtime_ms": r.get("runtime_ms"),
                          "ref_runtime_ms": r.get("ref_runtime_ms"), "solution_hash": r.get("solution_hash"),
                          "problem_hash": r.get("problem_hash"), "config_hash": r.get("config_hash"),
                          "device": r.get("device"), "gpu": env.get("gpu_name") or env.get("cpu"),
@@ -63,7 +65,7 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
         return df.drop(columns="order")
     df = df.sort_values("order")
     df = df.drop_duplicates(subset=["label", "problem", "solution", "solution_hash"], keep="last")
-    for col in ("speedup", "runtime_ms", "ref_runtime_ms"):
+    for col in ("speedup", "speedup_lo", "speedup_hi", "runtime_ms", "ref_runtime_ms"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df.drop(columns="order").reset_index(drop=True)
 
@@ -119,13 +121,13 @@ def write_csv(pp: pd.DataFrame, summary: pd.DataFrame, path: str | Path) -> tupl
     """`path` gets the (label, problem) rows; `<stem>_summary.csv` beside it the per-label summary."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _for_csv(pp).to_csv(path, index=False)
+    for_csv(pp).to_csv(path, index=False)
     spath = path.with_name(path.stem + "_summary" + (path.suffix or ".csv"))
-    _for_csv(summary).to_csv(spath, index=False)
+    for_csv(summary).to_csv(spath, index=False)
     return path, spath
 
 
-def _for_csv(df: pd.DataFrame) -> pd.DataFrame:
+def for_csv(df: pd.DataFrame) -> pd.DataFrame:
     """Numbers rounded to what they mean (speedups and fractions to 4 places, times to 0.01 us) and
     solution paths relative to the current folder where they lie under it."""
     import os
@@ -150,7 +152,7 @@ def _for_csv(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _fmt(v, kind: str = "") -> str:
+def fmt(v, kind: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if kind == "x":
@@ -165,7 +167,7 @@ def _fmt(v, kind: str = "") -> str:
 def _summary_cells(r) -> list[str]:
     counts = ", ".join(f"{s} {int(r[s])}" for s in STATUS_ORDER if r[s])
     return ([str(r["label"]), f"{int(r['solved'])}/{int(r['problems'])}", str(int(r["solutions"])), counts]
-            + [_fmt(r[fast_col(p)], "frac") for p in FAST_P] + [_fmt(r["geomean_speedup"], "x")])
+            + [fmt(r[fast_col(p)], "frac") for p in FAST_P] + [fmt(r["geomean_speedup"], "x")])
 
 
 SUMMARY_HEAD = ["label", "solved", "solutions", "statuses"] + [fast_col(p) for p in FAST_P] + ["geomean"]
@@ -174,7 +176,7 @@ PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime
 
 def _problem_cells(r) -> list[str]:
     return [str(r["label"]), str(r["problem"]), str(r["status"]), f"{int(r['passed'])}/{int(r['solutions'])}",
-            _fmt(r["best_speedup"], "x"), _fmt(r["runtime_ms"], "ms"), _fmt(r["ref_runtime_ms"], "ms")]
+            fmt(r["best_speedup"], "x"), fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms")]
 
 
 def wide(console):
@@ -211,7 +213,7 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
     console.print(t)
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> str:
+def md_table(head: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
@@ -220,9 +222,9 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
     return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + "\n\n## Per label\n\n"
-            + _md_table(SUMMARY_HEAD, [_summary_cells(r) for _, r in summary.iterrows()])
+            + md_table(SUMMARY_HEAD, [_summary_cells(r) for _, r in summary.iterrows()])
             + "\n## Per problem\n\n"
-            + _md_table(PROBLEM_HEAD, [_problem_cells(r) for _, r in pp.iterrows()]))
+            + md_table(PROBLEM_HEAD, [_problem_cells(r) for _, r in pp.iterrows()]))
 
 
 def warn_mixed(df: pd.DataFrame, console) -> None:

@@ -145,3 +145,38 @@ def test_the_csv_is_written_when_nothing_passed(tmp_path):
     df = load_records([write_run(tmp_path / "r", [rec("A", "p1", "unsupported"), rec("A", "p2", "incorrect")])])
     path, spath = write_csv(per_problem(df), label_summary(df), tmp_path / "board.csv")
     assert len(pd.read_csv(path)) == 2 and len(pd.read_csv(spath)) == 1
+
+
+def test_compare_two_runs_per_problem_with_intervals(tmp_path):
+    """`harness compare A B`: per problem both best speedups, B/A, and whether B differs beyond noise
+    (intervals apart) or within it; a problem only one side passed, or only one side has, is listed."""
+    import json as _json
+    a = write_run(tmp_path / "a", [rec("m", "p1", "passed", 1.0, speedup_ci=(0.98, 1.02)),
+                                   rec("m", "p2", "passed", 2.0, speedup_ci=(1.9, 2.1)),
+                                   rec("m", "p3", "passed", 1.5, speedup_ci=(1.4, 1.6)),
+                                   rec("m", "p4", "incorrect")])
+    b = write_run(tmp_path / "b", [rec("m", "p1", "passed", 1.5, speedup_ci=(1.45, 1.55)),
+                                   rec("m", "p2", "passed", 1.0, speedup_ci=(0.95, 1.05)),
+                                   rec("m", "p3", "passed", 1.55, speedup_ci=(1.45, 1.65)),
+                                   rec("m", "p4", "passed", 1.1, speedup_ci=(1.0, 1.2)),
+                                   rec("m", "p5", "timeout")])
+    from harness.compare import compare, summary
+    c = compare(a, b).set_index("problem")
+    assert c.loc["p1", "difference"] == "faster" and c.loc["p1", "ratio"] == pytest.approx(1.5)
+    assert c.loc["p2", "difference"] == "slower" and c.loc["p3", "difference"] == "within noise"
+    assert c.loc["p4", "status_a"] == "incorrect" and pd.isna(c.loc["p4", "ratio"])
+    assert pd.isna(c.loc["p5", "status_a"]) and c.loc["p5", "status_b"] == "timeout"
+    s = summary(c.reset_index())
+    assert (s["both_passed"], s["faster"], s["slower"], s["within_noise"], s["only_b_passed"]) == (3, 1, 1, 1, 1)
+    assert s["geomean_ratio"] == pytest.approx((1.5 * 0.5 * (1.55 / 1.5)) ** (1 / 3))
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b), "--json",
+                        "--markdown", str(tmp_path / "cmp.md"), "--csv", str(tmp_path / "cmp.csv")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = _json.loads(p.stdout)
+    assert out["summary"]["faster"] == 1 and len(out["problems"]) == 5
+    assert "B faster on 1, slower on 1, within noise on 1" in (tmp_path / "cmp.md").read_text()
+    assert len(pd.read_csv(tmp_path / "cmp.csv")) == 5
+    table = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and "within noise" in table.stdout and "1.450-1.550" in table.stdout, table.stdout
