@@ -11,12 +11,12 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from .cachefiles import read_keyed, write_whole
 from .config import Config
 from .records.result import EnvInfo
 
@@ -52,11 +52,7 @@ def folder(cfg: Config) -> Path:
 
 
 def load(cfg: Config, key: str) -> Optional[CompiledBaseline]:
-    try:
-        rec = CompiledBaseline.model_validate_json((folder(cfg) / f"{key}.json").read_text())
-    except (OSError, ValidationError, ValueError):
-        return None
-    return rec if rec.key == key else None
+    return read_keyed(folder(cfg) / f"{key}.json", CompiledBaseline, key)
 
 
 def find(cfg: Config, problem_hash: str, size: str, dtype: Optional[str],
@@ -73,6 +69,4 @@ def store(cfg: Config, key: str, stack: dict, problem: str, events: list[float],
                            measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     d = folder(cfg)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{key}.{os.getpid()}.tmp"
-    tmp.write_text(rec.model_dump_json(indent=1))
-    os.replace(tmp, d / f"{key}.json")  # whole or not at all, for a reader in another evaluation
+    write_whole(d / f"{key}.json", rec.model_dump_json(indent=1))

@@ -13,13 +13,13 @@ import functools
 import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
+from .cachefiles import write_whole
 from .cpus import Lender
 from .process.worker import Worker, WorkerDied, WorkerProtocolError, WorkerTimeout
 from .records.messages import CompileReply, Setup
@@ -142,13 +142,7 @@ def remembered_failure(ext_dir: Path) -> Optional[tuple[CompileReply, str]]:
 
 def _write_marker(path: Path, data: dict) -> None:
     """Whole or not at all: a concurrent build of the same source reads the old marker or the new."""
-    # a fresh name, created (never opened through a link: the folder may be a jailed build's to
-    # write, which could plant one at a predictable name for root to follow), then renamed over
-    tmp = path.with_suffix(f".{os.getpid()}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(data))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data))
 
 
 def remember_failure(ext_dir: Path, reply: CompileReply, log: str) -> None:

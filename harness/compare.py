@@ -15,7 +15,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import STATUS_ORDER, fmt, md_table, load_records
+from .leaderboard import best_status, fmt, md_table, load_records
 
 COLUMNS = ["problem", "status_a", "speedup_a", "lo_a", "hi_a", "status_b", "speedup_b", "lo_b", "hi_b",
            "ratio", "difference"]
@@ -31,8 +31,7 @@ def best_per_problem(df: pd.DataFrame) -> pd.DataFrame:
             rows.append({"problem": problem, "status": "passed", "speedup": float(r.speedup),
                          "lo": r.speedup_lo, "hi": r.speedup_hi})
         else:
-            status = next((s for s in STATUS_ORDER if s in set(g.status)), g.status.iloc[0])
-            rows.append({"problem": problem, "status": status, "speedup": None, "lo": None, "hi": None})
+            rows.append({"problem": problem, "status": best_status(g.status), "speedup": None, "lo": None, "hi": None})
     return pd.DataFrame(rows, columns=["problem", "status", "speedup", "lo", "hi"])
 
 

@@ -70,7 +70,7 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
     return df.drop(columns="order").reset_index(drop=True)
 
 
-def _best_status(statuses: pd.Series) -> str:
+def best_status(statuses: pd.Series) -> str:
     present = set(statuses)
     return next((s for s in STATUS_ORDER if s in present), statuses.iloc[0])
 
@@ -81,7 +81,7 @@ def per_problem(df: pd.DataFrame) -> pd.DataFrame:
     for (label, problem), g in df.groupby(["label", "problem"], sort=True):
         passed = g[(g.status == "passed") & g.speedup.notna()]
         best = passed.loc[passed.speedup.idxmax()] if not passed.empty else None
-        rows.append({"label": label, "problem": problem, "status": _best_status(g.status),
+        rows.append({"label": label, "problem": problem, "status": best_status(g.status),
                      "solutions": len(g), "passed": int((g.status == "passed").sum()),
                      "best_speedup": None if best is None else float(best.speedup),
                      "runtime_ms": None if best is None else best.runtime_ms,

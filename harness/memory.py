@@ -35,14 +35,15 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+
+from .cachefiles import read_keyed, write_whole
 
 GB = 1 << 30
 HOST_MARGIN = 2 * GB   # kept free on the host beyond every hold: the kernel, the build children
@@ -228,12 +229,10 @@ class Admission:
         # KernelBench level-1 batch stood still for 270 s until it was killed)
         oldest = h.id == min(o.id for o in self._holds.values() if o is h or self._may_proceed(o))
         host_held = sum(o.need.host for o in others)
-        if oldest:
-            pass
-        elif self.host_budget is not None:
+        if not oldest and self.host_budget is not None:
             if host_held + need.host > self.host_budget:
                 return None
-        else:
+        elif not oldest:
             avail, _ = self._host_probe()
             if avail is not None and need.host > avail - HOST_MARGIN - host_held:
                 return None
@@ -368,11 +367,8 @@ def _need_file(cache_dir: str, key: str) -> Path:
 
 
 def load_need(cache_dir: str, key: str) -> Optional[Need]:
-    try:
-        kept = KeptNeed.model_validate_json(_need_file(cache_dir, key).read_text())
-    except (OSError, ValidationError, ValueError):
-        return None
-    return Need(host=kept.host, gpu=kept.gpu, measured=True) if kept.key == key else None
+    kept = read_keyed(_need_file(cache_dir, key), KeptNeed, key)
+    return Need(host=kept.host, gpu=kept.gpu, measured=True) if kept is not None else None
 
 
 def save_need(cache_dir: str, key: str, problem: str, need: Need) -> None:
@@ -380,9 +376,7 @@ def save_need(cache_dir: str, key: str, problem: str, need: Need) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = KeptNeed(key=key, problem=problem, host=need.host, gpu=need.gpu,
-                        measured_at=_dt.datetime.now().isoformat(timespec="seconds"))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(kept.model_dump_json())
-        os.replace(tmp, path)
+                        measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        write_whole(path, kept.model_dump_json())
     except OSError:
         pass  # a cache: the next run measures it again

@@ -55,6 +55,16 @@ def frame_allowance(payload: int, inputs: int) -> int:
 OOM = ("out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
+def out_of_memory(text: Optional[str]) -> bool:
+    return any(m in (text or "") for m in OOM)
+
+
+def problem_error(problem: str, what: str, error: Optional[str]) -> "ReferenceError":
+    """The reference's failure: `ReferenceTooBig` where it ran out of memory (perhaps only beside
+    others: a batch runs its solutions again alone), else the problem's own `ReferenceError`."""
+    return (ReferenceTooBig if out_of_memory(error) else ReferenceError)(f"problem {problem}: {what}: {error}")
+
+
 @dataclass
 class TrialPlan:
     init_seed: int
@@ -254,8 +264,7 @@ class ReferenceSession:
                 raise kind(f"problem {self.problem.name}: reference worker failed: {e}\n{tail}") from e
             if not reply.ok:
                 self.close()
-                kind = ReferenceTooBig if any(m in (reply.error or "") for m in OOM) else ReferenceError
-                raise kind(f"problem {self.problem.name}: reference forward failed: {reply.error}")
+                raise problem_error(self.problem.name, "reference forward failed", reply.error)
             if len(reply.blobs) != 1:
                 self.close()
                 raise ReferenceError(f"problem {self.problem.name}: the reference sent {len(reply.blobs)} trials for one")
@@ -362,19 +371,14 @@ class ReferenceSession:
         t0 = time.perf_counter()
         to = self.cfg.timeouts.problem_s
         self.worker = self.spawn_reference(on_worker)
-
-        def failed(what: str, error: Optional[str]) -> ReferenceError:
-            # out of memory: perhaps only beside others (a batch runs its solutions again alone)
-            kind = ReferenceTooBig if any(m in (error or "") for m in OOM) else ReferenceError
-            return kind(f"problem {self.problem.name}: {what}: {error}")
         try:
             load = self.worker.wait_reply("load", to)
             if not load.ok:
-                raise failed("failed to load", load.error)
+                raise problem_error(self.problem.name, "failed to load", load.error)
             self.env = load.env
             reply, _ = self.worker.request(BuildCommand(init_seed=self.plan.init_seed), to)
             if not reply.ok:
-                raise failed("Model failed to build", reply.error)
+                raise problem_error(self.problem.name, "Model failed to build", reply.error)
             if self.device == "cuda":
                 # what a process pays once for timing (the launch hold's Triton build where it was not
                 # primed, CUPTI's start, the flush buffer, NVML) is paid here: in the first solution's
@@ -382,7 +386,7 @@ class ReferenceSession:
                 from .timing.measure import warm_up
                 reply, _ = self.worker.request(warm_up(self.cfg.timing, self.rng), to)
                 if not reply.ok:
-                    raise failed("reference timing failed", reply.error)
+                    raise problem_error(self.problem.name, "reference timing failed", reply.error)
         except ReferenceError:
             self.close()
             raise

@@ -60,11 +60,12 @@ def collect_files(paths: Iterable[str | Path], ignored: Optional[list[Path]] = N
         if p.is_file():
             cands = [(p, None)]
         else:
+            # hidden, __pycache__, _helpers.py: never looked at
             files = [f for f in sorted(p.rglob("*")) if f.is_file()
                      and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)]
-            cands = [(f, p) for f in files if _is_solution_file(f, p)]
+            cands = [(f, p) for f in files if _is_solution_file(f)]
             if ignored is not None:
-                ignored += [f for f in files if not _is_solution_file(f, p)]
+                ignored += [f for f in files if not _is_solution_file(f)]
         for f, root in cands:
             key = f.resolve()
             if key not in seen:
@@ -73,10 +74,7 @@ def collect_files(paths: Iterable[str | Path], ignored: Optional[list[Path]] = N
     return out
 
 
-def _is_solution_file(f: Path, root: Path) -> bool:
-    rel = f.relative_to(root).parts
-    if any(part.startswith((".", "_")) for part in rel):  # hidden, __pycache__, _helpers.py
-        return False
+def _is_solution_file(f: Path) -> bool:
     return f.suffix in SOLUTION_SUFFIXES and f.stem.lower() not in ("readme", "license", "notes")
 
 

@@ -165,8 +165,7 @@ def _plan(paths: list[str], problem: Optional[str], problem_roots: Optional[list
             console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
         if ignored:
             console.print(f"not read as solutions ({len(ignored)}: only {', '.join(sorted(SOLUTION_SUFFIXES))} files, not "
-                          f"README, LICENSE or notes): {', '.join(str(f) for f in ignored[:5])}"
-                          + (" ..." if len(ignored) > 5 else ""), highlight=False, soft_wrap=True)
+                          f"README, LICENSE or notes): {_first(ignored)}", highlight=False, soft_wrap=True)
         if not items and not skipped and not resume:
             raise BatchError(f"no solution files under {', '.join(map(str, paths))} (a solution is a "
                              f"{', '.join(sorted(SOLUTION_SUFFIXES))} file)")
@@ -280,8 +279,13 @@ def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
         unsupported = df[df.status == "unsupported"]
         if not unsupported.empty:  # not failures, and out of `solved`: say why they are not counted
             console.print(f"{len(unsupported)} solution(s) need hardware this machine lacks (`unsupported`, "
-                          f"not counted in solved or fast_p): {', '.join(sorted(set(unsupported.problem))[:5])}"
-                          + (" ..." if unsupported.problem.nunique() > 5 else ""), highlight=False, soft_wrap=True)
+                          f"not counted in solved or fast_p): {_first(sorted(set(unsupported.problem)))}",
+                          highlight=False, soft_wrap=True)
+
+
+def _first(things: list, n: int = 5) -> str:
+    """The first `n`, and "..." where there are more."""
+    return ", ".join(str(t) for t in things[:n]) + (" ..." if len(things) > n else "")
 
 
 def _run_with_progress(pipe: Pipeline, console, live: bool) -> None:

@@ -15,7 +15,7 @@ from .. import baselines, cpus
 from ..process.worker import STOP_CREDIT_S, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
 from ..records.messages import QuietCommand
 from ..records.result import Status
-from ..reference import OOM, ReferenceError, ReferenceSession
+from ..reference import ReferenceError, ReferenceSession, out_of_memory
 from ..timing.clocks import clock_checks
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
 from ..timing.stats import pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
@@ -108,7 +108,7 @@ class PairTimer:
         except WorkerProtocolError as e:
             raise Failure(Status.runtime_error, f"timing: {e}", ["malformed_report"]) from None
         except RuntimeError as e:  # the reference's own failure: out of its memory, the neighbours' doing
-            if any(marker in str(e) for marker in OOM):  # until a run alone says otherwise (batch/executor.py)
+            if out_of_memory(str(e)):  # until a run alone says otherwise (batch/executor.py)
                 raise Failure(Status.too_big, f"problem {self.ctx.problem.name}: {e}"[:2000]) from None
             raise
 
@@ -119,7 +119,7 @@ class PairTimer:
         while being timed: exit code 0", KernelBench level1/42 on an H100.)"""
         tail = r.log_tail()[-1500:]
         what = f"problem {self.ctx.problem.name}: the reference's process died while timed: {describe_exit(r.returncode)}"
-        if r.returncode == -9 or any(marker in tail for marker in OOM):
+        if r.returncode == -9 or out_of_memory(tail):
             return Failure(Status.too_big, f"{what}\n{tail}")
         return ReferenceError(f"{what}\n{tail}")
 
@@ -200,11 +200,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         cand.warm_up()
     timer = PairTimer(ctx, cand, ref)
     key, stack, cached = baseline.cached(ctx, ref)
-    timer.compiled = cached is None
-    if timer.compiled and ctx.cuda and cfg.timing.compile_baseline != "off":
-        if not ctx.compiled_ahead:  # (stage 4 compiles it, where the reference's trial measured its memory)
-            baseline.compile_ahead(ctx, ref)
-        timer.compiled = ctx.compile_error is None
+    if baseline.due(ctx, ref):  # (stage 4 compiles it, where the reference's trial measured its memory)
+        baseline.compile_ahead(ctx, ref)
+    timer.compiled = cached is None and ctx.compile_error is None
     t0 = ctx.clock()
     m, note = timer.checked(cand.first, ref.worker, 0)
     if ctx.cuda:  # further pairs start under the first's launch hold, without a warm-up round
