@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from harness.batch.health import LOSE_GPU_ENV  # noqa: E402
 from harness.cpus import children_by_parent  # noqa: E402
 
 CORPUS = (REPO.parent / "shared" / "kernelbench") if (REPO.parent / "shared" / "kernelbench").is_dir() \
@@ -228,6 +230,22 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
             "passed": len(sp), "median": _round(_quantile(sp, 0.5)), "p5": _round(_quantile(sp, 0.05)),
             "p95": _round(_quantile(sp, 0.95)), "outside_0.97_1.03": sum(not 0.97 <= s <= 1.03 for s in sp),
             "interval_excludes_1": len(excl)}
+    # per device slot (a multi-GPU batch): records, and the identities' speedups on each
+    by_slot: dict[str, list[dict]] = {}
+    for r in recs:
+        by_slot.setdefault(r.get("slot") or "-", []).append(r)
+    out["slots"] = {name: {"records": len(rs), "gpus": sorted({(r.get("env") or {}).get("gpu_uuid") or "-" for r in rs}),
+                           **({"identity_median": _round(_quantile([r["speedup"] for r in rs if r["status"] == "passed"
+                                                                    and r.get("speedup")], 0.5)),
+                               "identity_outside_0.97_1.03": sum(not 0.97 <= r["speedup"] <= 1.03 for r in rs
+                                                                 if r["status"] == "passed" and r.get("speedup"))}
+                              if identity else {})}
+                    for name, rs in sorted(by_slot.items())}
+    batch_summary = run / "summary.json"
+    if batch_summary.exists():
+        bs = json.loads(batch_summary.read_text())
+        out["lost_slots"], out["moved"] = bs.get("lost_slots") or {}, bs.get("moved", 0)
+        out["skipped"] = len(bs.get("skipped") or [])
     # where an evaluation's time went: per phase, the sum over records and the median record's
     phases: dict[str, list[float]] = {}
     for r in recs:
@@ -270,6 +288,9 @@ def markdown(s: dict) -> str:
              ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
+    if len(s.get("slots") or {}) > 1 or s.get("lost_slots"):
+        lines += ["per slot: " + "; ".join(f"{k} {v}" for k, v in s["slots"].items())
+                  + f"; lost {s.get('lost_slots')}, moved {s.get('moved')}, skipped {s.get('skipped')}", ""]
     if s.get("phases"):
         lines += ["phases (sum over records / median record, s): " + ", ".join(
             f"{k} {v['sum_s']}/{v['median_s']}" for k, v in s["phases"].items()), ""]
@@ -301,6 +322,9 @@ def main() -> int:
     ap.add_argument("--spinner", type=int, default=None, metavar="ID",
                     help="problem ID's identity also launches a GPU kernel that never ends (a runaway beside "
                          "honest solutions: it should get timeout within timeouts.run_s + 10 s)")
+    ap.add_argument("--lose-gpu", default=None, metavar="SLOT@S",
+                    help="take SLOT's GPU (cuda:1) away from the harness S seconds in (harness/batch/health.py): "
+                         "its work should move to the other slots")
     ap.add_argument("--resume", action="store_true",
                     help="finish the batch in --out (one batch over several calls: the summary adds their wall times)")
     ap.add_argument("batch_args", nargs="*", help="after --: more options for `harness batch`")
@@ -327,7 +351,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(out / "batch.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **({LOSE_GPU_ENV: args.lose_gpu} if args.lose_gpu else {})}
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
         peaks = Peaks(proc.pid)
         peaks.start()
         try:

@@ -249,11 +249,12 @@ def test_matching_rules_and_labels(tmp_path):
 class FakeExecutor:
     """Instant outcomes; remembers what ran where."""
 
-    def __init__(self, slots):
+    def __init__(self, slots, lose=(), after=1):
         from harness.batch.executor import DeviceSlot
         self.slots = [DeviceSlot(n, "cpu") for n in slots]
         self.compile_workers = 2
-        self.evals, self.retired = [], []
+        self.evals, self.retired, self.lost = [], [], []
+        self.lose_slots, self.after = set(lose), after  # these slots' GPUs go after `after` evaluations
 
     def submit_compile(self, task):
         from harness.batch.executor import CompileOutcome
@@ -273,11 +274,21 @@ class FakeExecutor:
         from harness.batch.executor import EvalOutcome
         from harness.records.result import EvalResult
         assert "bad" not in task.solution, "a failed build reached a device"
+        assert slot.name not in self.lost, "a lost slot got work"
         self.evals.append((slot.name, task.problem.name))
         f = Future()
+        if slot.name in self.lose_slots and sum(s == slot.name for s, _ in self.evals) > self.after:
+            f.set_result(EvalOutcome(task.index, slot.name, device_lost="cuInit: CUDA_ERROR_NO_DEVICE",
+                                     record=EvalResult(problem=task.problem.name, solution=task.solution,
+                                                       status="runtime_error", label=task.label)))
+            return f
         f.set_result(EvalOutcome(task.index, slot.name, record=EvalResult(
-            problem=task.problem.name, solution=task.solution, status="passed", speedup=1.0, label=task.label)))
+            problem=task.problem.name, solution=task.solution, status="passed", speedup=1.0, label=task.label,
+            slot=slot.name)))
         return f
+
+    def lose(self, slot):
+        self.lost.append(slot.name)
 
     def retire(self, key):
         self.retired.append(Path(key).stem)
@@ -316,6 +327,81 @@ def test_pipeline_schedule(tmp_path):
         runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
         assert len(runs) == len(set(runs)), seq
     assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
+
+
+def _pipeline(tmp_path, ex, names):
+    from rich.console import Console
+
+    from harness.batch.pipeline import BatchSummary, Pipeline
+    from harness.batch.plan import Item
+    from harness.batch.runfolder import EventLog, ResultsFile
+    from harness.problems import discover
+    probs = {p.name: p for p in discover([PROBLEMS])}
+    items = [Item(i, tmp_path / f"{n}.py", probs[p], "L") for i, (p, n) in enumerate(names)]
+    summary = BatchSummary(run_dir=tmp_path)
+    res = ResultsFile(tmp_path / "results.jsonl")
+    pipe = Pipeline(items, CONFIG(device="cpu"), ex, "cpu", "small", None, res, EventLog(tmp_path / "ev.jsonl"),
+                    summary, Console(file=open(os.devnull, "w")), False, {})
+    pipe.run()
+    res.close()
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    return summary, records(tmp_path), events
+
+
+def test_a_lost_gpu_moves_its_work_to_the_other_slots(tmp_path):
+    """A slot whose GPU no longer answers after a failure (executor.DEVICE_MAY_BE_LOST, health.py)
+    gets no more work; the failed evaluation runs again on another slot, and its `runtime_error`
+    (the GPU's, not the solution's) is not recorded."""
+    names = [(p, f"{p[:4]}{i}") for p in ("relu_add", "softmax_wide", "linear_relu") for i in range(4)]
+    ex = FakeExecutor(["g0", "g1"], lose=["g1"], after=1)
+    summary, recs, events = _pipeline(tmp_path, ex, names)
+    assert len(recs) == len(names) and {r["status"] for r in recs} == {"passed"}
+    assert ex.lost == ["g1"] and set(summary.lost_slots) == {"g1"} and summary.moved == 1
+    assert [s for s, _ in ex.evals].count("g1") == 2  # one that passed before the loss, one that failed
+    assert {r["slot"] for r in recs} == {"g0", "g1"} and sum(r["slot"] == "g1" for r in recs) == 1
+    kinds = [e["event"] for e in events]
+    assert kinds.count("device_lost") == 1 and kinds.count("moved") == 1
+    assert not summary.skipped
+
+
+def test_with_every_gpu_lost_the_rest_is_skipped_and_the_batch_ends(tmp_path):
+    names = [("relu_add", f"r{i}") for i in range(3)] + [("softmax_wide", f"s{i}") for i in range(3)]
+    ex = FakeExecutor(["g0", "g1"], lose=["g0", "g1"], after=0)
+    summary, recs, _ = _pipeline(tmp_path, ex, names)
+    assert set(summary.lost_slots) == {"g0", "g1"} and not recs
+    assert len(summary.skipped) == len(names)
+    assert all("no device left" in s.reason for s in summary.skipped)
+
+
+def test_a_gpu_is_taken_for_lost_only_when_the_driver_does_not_answer():
+    """health.gpu_lost asks the driver in a fresh process: with no device mapped (CUDA_VISIBLE_DEVICES
+    empty) it says why, on any machine; a GPU that answers is checked by the GPU suite."""
+    from harness.batch.health import gpu_lost
+    why = gpu_lost({"CUDA_VISIBLE_DEVICES": ""})
+    assert why and ("CUDA_ERROR_NO_DEVICE" in why or "no CUDA driver" in why or "no device" in why), why
+
+
+def test_the_fault_injection_takes_a_slots_gpu_away():
+    import time
+
+    from harness.batch.executor import DeviceSlot
+    from harness.batch.health import schedule_loss
+
+    class Runtime:
+        def __init__(self, name):
+            self.slot, self.closed = DeviceSlot(name, "cuda", {"CUDA_VISIBLE_DEVICES": name[-1]}), 0
+
+        def close(self):
+            self.closed += 1
+
+    rts = {n: Runtime(n) for n in ("cuda:0", "cuda:1")}
+    schedule_loss("cuda:1@0.05", rts).join(5)
+    time.sleep(0.01)
+    assert rts["cuda:1"].slot.env["CUDA_VISIBLE_DEVICES"] == "" and rts["cuda:1"].closed == 1
+    assert rts["cuda:0"].slot.env["CUDA_VISIBLE_DEVICES"] == "0" and rts["cuda:0"].closed == 0
+    assert schedule_loss(None, rts) is None
+    with pytest.raises(ValueError, match="no slot"):
+        schedule_loss("cuda:7@1", rts)
 
 
 def test_an_evaluation_in_the_background_frees_its_lane_up_to_twice_the_lanes():

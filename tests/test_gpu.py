@@ -345,3 +345,17 @@ def test_cupti_lists_the_kernels_a_forward_ran_as_the_profiler_does():
     assert any("tanh" in n for n in names), names
     assert not any("sigmoid" in n for n in names), names
     assert len(names) == 2, names
+
+
+@gpu
+def test_a_gpu_that_answers_is_not_taken_for_lost():
+    """The batch's check after a failure (batch/health.py): the device each slot maps answers; an
+    empty CUDA_VISIBLE_DEVICES (how the multi-GPU bench takes a GPU away) does not."""
+    import time
+
+    from harness.batch.health import gpu_lost
+    t0 = time.perf_counter()
+    assert gpu_lost({"CUDA_VISIBLE_DEVICES": "0"}) is None
+    took = time.perf_counter() - t0
+    assert "CUDA_ERROR_NO_DEVICE" in (gpu_lost({"CUDA_VISIBLE_DEVICES": ""}) or "")
+    print(f"gpu_lost check: {took:.2f} s")

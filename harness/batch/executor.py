@@ -21,6 +21,7 @@ slot's sessions.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -41,6 +42,7 @@ from ..process.worker import close_all
 from ..problems import Problem
 from ..records.messages import CompileReply
 from ..records.result import EvalResult, Status
+from .health import LOSE_GPU_ENV, gpu_lost, schedule_loss
 from .sharing import DeviceGate, SoloGate
 
 Compiled = tuple[Optional[CompileReply], Optional[str], str]  # build.compile_solution's (reply, failure, log)
@@ -69,6 +71,11 @@ NEIGHBOUR_CAUSED = re.compile(r"out of memory|OutOfMemory|alloc|NOT_INITIALIZED|
                               r"|fork server was killed"
                               # the host's free memory, which neighbours take too, could not hold a trial
                               r"|the host can take", re.IGNORECASE)
+
+
+# failures a lost GPU gives an honest solution (as would a problem's reference failing, or the
+# harness): after one, the slot's GPU is asked whether it still answers (health.py)
+DEVICE_MAY_BE_LOST = (Status.runtime_error, Status.timeout, Status.too_big)
 
 
 def neighbour_may_have_caused(rec: EvalResult) -> bool:
@@ -141,6 +148,7 @@ class EvalOutcome:
     problem_failed: bool = False            # the reference itself failed: no verdict for anyone
     busy_s: float = 0.0
     reference_dropped: Optional[str] = None  # why its problem's reference process is not reused
+    device_lost: Optional[str] = None       # it failed and the slot's GPU no longer answers (health.py)
 
 
 class Executor(Protocol):
@@ -152,6 +160,10 @@ class Executor(Protocol):
     def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]": ...
 
     def retire(self, problem_key: str) -> None: ...
+
+    def lose(self, slot: DeviceSlot) -> None:
+        """`slot`'s GPU is lost: its processes are closed, and it gets no more work."""
+        ...
 
     def backgrounded(self, slot: str) -> int:
         """Evaluations on `slot` now in a phase that holds no lane (sharing.DeviceGate.background)."""
@@ -243,8 +255,10 @@ class SlotRuntime:
     (sharing.py): their untimed phases overlap, their timing does not."""
 
     def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: Optional[int] = None,
-                 concurrency: int = 1, lender: Optional[Lender] = None, admission: Optional[Admission] = None):
+                 concurrency: int = 1, lender: Optional[Lender] = None, admission: Optional[Admission] = None,
+                 check_device=gpu_lost):
         self.slot, self.size, self.dtype = slot, size, dtype
+        self.check_device = check_device  # env -> why its GPU is lost, or None (health.gpu_lost)
         # the machine's memory, shared by every slot of a batch (memory.py); one of its own otherwise
         self.admission = admission
         self.concurrency = max(1, concurrency)
@@ -442,6 +456,9 @@ class SlotRuntime:
         if out.record is not None:
             out.record.phases.memory_wait_s = waited + hold.waited_s
             out.record.phases.total_s += before_start
+            out.record.slot = self.slot.name
+        if self.slot.device == "cuda" and (out.record is None or out.record.status in DEVICE_MAY_BE_LOST):
+            out.device_lost = self.check_device(dict(self.slot.env))
         out.busy_s = time.perf_counter() - t0
         return out
 
@@ -498,7 +515,7 @@ class LocalExecutor:
 
     def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
                  max_sessions: Optional[int] = None, lender: Optional[Lender] = None,
-                 admission: Optional[Admission] = None):
+                 admission: Optional[Admission] = None, check_device=gpu_lost):
         self.slots = slots
         # the slots' timing CPUs, lent to builds while nothing is timed (cpus.Lender); local only: a
         # remote backend's builds run on other hosts
@@ -511,11 +528,12 @@ class LocalExecutor:
         self._slot_pools = {s.name: ThreadPoolExecutor(2 * max(1, s.concurrency), thread_name_prefix=f"slot-{s.name}")
                             for s in slots}
         self.admission = admission  # one for every slot: they share the host's memory
-        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender, admission)
-                          for s in slots}
+        self._runtimes = {s.name: SlotRuntime(s, size, dtype, max_sessions, s.concurrency, lender, admission,
+                                              check_device) for s in slots}
         if admission is not None:
             runtimes = list(self._runtimes.values())
             admission.on_wait = lambda: [rt.free_idle() for rt in runtimes]
+        self._fault = schedule_loss(os.environ.get(LOSE_GPU_ENV), self._runtimes)
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
         return (self._compile_pool if task.builds else self._light_pool).submit(compile_item, task, self.lender)
@@ -528,6 +546,9 @@ class LocalExecutor:
             if problem_key in rt.sessions:
                 self._slot_pools[name].submit(rt.retire, problem_key)
 
+    def lose(self, slot: DeviceSlot) -> None:
+        self._slot_pools[slot.name].submit(self._runtimes[slot.name].close)
+
     def backgrounded(self, slot: str) -> int:
         return self._runtimes[slot].gate.backgrounded
 
@@ -539,6 +560,8 @@ class LocalExecutor:
         return {name: rt.gate.overdue for name, rt in self._runtimes.items()}
 
     def shutdown(self, cancel: bool = False) -> None:
+        if self._fault is not None:
+            self._fault.cancel()
         self._compile_pool.shutdown(wait=not cancel, cancel_futures=cancel)
         self._light_pool.shutdown(wait=not cancel, cancel_futures=cancel)
         for name, pool in self._slot_pools.items():

@@ -29,12 +29,15 @@ class SlotState:
     busy_s: float = 0.0        # the evaluations' own times, summed (they overlap when concurrency > 1)
     occupied_s: float = 0.0    # time with at least one evaluation in flight
     done: int = 0
+    lost: Optional[str] = None  # why its GPU was taken for lost (health.py): it gets no more work
     _occupied_since: float = 0.0
 
     background: Callable[[], int] = lambda: 0  # of `busy`, those in a phase that holds no lane
 
     @property
     def free(self) -> bool:
+        if self.lost is not None:
+            return False
         lanes = max(1, self.slot.concurrency)
         return len(self.busy) < 2 * lanes and len(self.busy) - self.background() < lanes
 
@@ -70,6 +73,8 @@ class BatchSummary:
     references: dict[str, int] = field(default_factory=dict)
     overdue: dict[str, int] = field(default_factory=dict)  # slow candidate phases that freed their lane
     interrupted: bool = False
+    lost_slots: dict[str, str] = field(default_factory=dict)  # slot -> why its GPU was taken for lost
+    moved: int = 0  # evaluations run again on another slot after theirs was lost
     # the timing CPUs lent to builds (cpus.Lender): timing phases that took theirs back, and the
     # seconds spent moving builds off it; None: not lent
     reclaims: Optional[int] = None
@@ -84,7 +89,7 @@ class BatchSummary:
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
                 "device_occupied_s": {k: round(v, 3) for k, v in self.occupied_s.items()},
                 "references_started": self.references, "overdue_phases": self.overdue,
-                "interrupted": self.interrupted,
+                "interrupted": self.interrupted, "lost_slots": self.lost_slots, "moved": self.moved,
                 "timing_cpu_reclaims": self.reclaims,
                 "timing_cpu_reclaim_s": None if self.reclaim_s is None else round(self.reclaim_s, 4),
                 "skipped": [s.__dict__ for s in self.skipped]}
@@ -108,6 +113,7 @@ class Pipeline:
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
+        self.moved: set[int] = set()  # items already moved off a lost slot: their next outcome stands
         self.retired: set[str] = set()
         lane_free = cfg.batch.background_frees_lane  # or every evaluation in flight keeps its lane
         self.slots = [SlotState(s, background=(lambda name=s.name: executor.backgrounded(name)) if lane_free
@@ -167,7 +173,7 @@ class Pipeline:
         self.inflight[k] += 1
         task = EvalTask(index=item.index, solution=str(item.path), problem=item.problem, label=item.label,
                         cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s)
-        futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, st)
+        futures[self.ex.submit_eval(task, st.slot)] = ("eval", item, (st, co))
 
     def _retire_finished(self) -> None:
         for k in list(self.pending_compile):
@@ -222,22 +228,39 @@ class Pipeline:
             self._record(item, co.record)
         elif k in self.failed_problems:
             self._skip(item, f"problem {item.problem.name} failed: {self.failed_problems[k]}")
+        elif not self._live_slots():
+            self._skip(item, "no device left to run it on: " + "; ".join(
+                f"{s.slot.name}: {s.lost}" for s in self.slots))
         else:
             self.compiled += 1
             self.ready[k].append((item, co))
 
-    def _on_evaluated(self, item: Item, st: SlotState, eo: EvalOutcome) -> None:
+    def _on_evaluated(self, item: Item, st: SlotState, co: CompileOutcome, eo: EvalOutcome) -> None:
         k = item.pkey
         started = st.busy.get(item.index, (None, None))[1]
         self.events.write("evaluated", index=item.index, solution=str(item.path), slot=st.slot.name,
                           t_start=None if started is None else round(started - self.t0, 3),
                           t=round(time.perf_counter() - self.t0, 3),
                           status=eo.record.status.value if eo.record is not None else None,
-                          reference_dropped=eo.reference_dropped)
+                          reference_dropped=eo.reference_dropped, device_lost=eo.device_lost)
         self.inflight[k] -= 1
         st.finish(item)
         st.busy_s += eo.busy_s
         st.done += 1
+        if eo.device_lost is not None and st.lost is None:
+            self._lose(st, eo.device_lost)
+        if st.lost is not None and (eo.record is None or eo.record.status.value != "passed") \
+                and item.index not in self.moved:
+            # its failure may be the GPU's: it runs again on another slot, once (a solution that
+            # itself breaks GPUs must not take them all); its problem is not failed for it
+            self.moved.add(item.index)
+            self.summary.moved += 1
+            self.events.write("moved", index=item.index, solution=str(item.path), slot=st.slot.name)
+            if self._live_slots():
+                self.ready[k].appendleft((item, co))
+            else:
+                self._skip(item, f"no device left to run it on ({st.slot.name}: {st.lost})")
+            return
         if eo.record is not None:
             self._record(item, eo.record)
         elif eo.problem_failed:
@@ -250,6 +273,26 @@ class Pipeline:
                 self._skip(other, f"problem {item.problem.name} failed: {eo.error}")
         else:
             self._skip(item, eo.error or "internal error")
+
+    def _live_slots(self) -> list[SlotState]:
+        return [s for s in self.slots if s.lost is None]
+
+    def _lose(self, st: SlotState, why: str) -> None:
+        """`st`'s GPU no longer answers: it takes no more work, its processes are closed, and what
+        waits for a device goes to the other slots (or is skipped, when none is left)."""
+        st.lost = why
+        st.recent.clear()
+        self.summary.lost_slots[st.slot.name] = why
+        self.ex.lose(st.slot)
+        self.events.write("device_lost", slot=st.slot.name, reason=why, t=round(time.perf_counter() - self.t0, 3))
+        left = [s.slot.name for s in self._live_slots()]
+        self.console.print(f"[red]{st.slot.name} lost[/]: {why}; "
+                           + (f"its work goes to {', '.join(left)}" if left else "no device left"),
+                           highlight=False, soft_wrap=True)
+        if not left:
+            for k in list(self.ready):
+                for other, _ in self.ready.pop(k):
+                    self._skip(other, f"no device left to run it on ({st.slot.name}: {why})")
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
@@ -271,11 +314,11 @@ class Pipeline:
             self._dispatch(futures)
             done, _ = wait(list(futures), timeout=0.5, return_when=FIRST_COMPLETED)
             for f in done:
-                kind, item, st = futures.pop(f)
+                kind, item, where = futures.pop(f)
                 if kind == "compile":
                     self._on_compiled(item, f.result())
                 else:
-                    self._on_evaluated(item, st, f.result())
+                    self._on_evaluated(item, *where, f.result())
             self._dispatch(futures)
             self._retire_finished()
             if progress is not None:
@@ -302,6 +345,6 @@ class Pipeline:
         now = time.perf_counter()
         for s in self.slots:
             what = "; ".join(f"{it.problem.name}  {it.label or '-'}/{it.path.name}  ({now - t:.0f}s)"
-                             for it, t in s.busy.values()) or "idle"
+                             for it, t in s.busy.values()) or ("lost" if s.lost else "idle")
             lines.append(f"  {s.slot.name}: {what}")
         return lines

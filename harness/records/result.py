@@ -143,5 +143,6 @@ class EvalResult(BaseModel):
     config_hash: Optional[str] = None
     config: Optional[dict[str, Any]] = None  # the effective config (harness eval; a batch writes config.json)
     device: Optional[str] = None
+    slot: Optional[str] = None  # the batch's device slot it ran on ("cuda:1"); env.gpu_uuid names the GPU
     harness_version: Optional[str] = None
     started_at: Optional[str] = None
