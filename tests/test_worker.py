@@ -28,6 +28,32 @@ def test_inputs_are_drawn_from_their_seed_and_leave_the_callers_generator_alone(
         assert torch.equal(runner.problem.get_inputs()[0], x1[0])
 
 
+def test_a_forward_that_draws_random_numbers_draws_the_same_on_both_sides():
+    """Dropout in training mode (KernelBench's level2/66): each trial's and each timed call's forward
+    starts from generators seeded for its inputs, so two processes with different histories (here:
+    one ran an extra forward) give equal outputs, and equal fingerprints of their timed calls."""
+    from harness.payload import decode
+    from harness.process.runner import Runner
+    from harness.records.messages import Setup
+    from harness.timing.loop import time_calls
+    setup = {"role": "reference", "problem_path": str(ROOT / "tests" / "problems" / "linear_dropout.py"),
+             "solution_path": None, "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    a, b = Runner(Setup(**setup)), Runner(Setup(**setup))
+    for r in (a, b):
+        r.build(7)
+    with torch.no_grad():
+        b.forward(b.make_inputs(1))  # b's generators moved on
+    (ta, _), (tb, _) = a.trials([3, 4], [{}, {}]), b.trials([3, 4], [{}, {}])
+    outs = [[decode(b"".join(bytes(m) for m in blob))["out"] for blob in t] for t in (ta, tb)]
+    assert len(outs[0]) == 2 and all(torch.equal(x, y) for x, y in zip(*outs))
+    seeds = [11, 12, 13]
+    fa = time_calls(a, seeds, warmup=1, flush_l2=False, npos=64)["fingerprints"]
+    with torch.no_grad():
+        b.forward(b.make_inputs(2))
+    fb = time_calls(b, seeds, warmup=2, flush_l2=False, npos=64)["fingerprints"]
+    assert fa == fb and len(fa) == len(seeds)
+
+
 def test_dtype_option_casts_inputs_and_both_models():
     from conftest import ROOT, make_config
     from harness.evaluation import evaluate

@@ -9,6 +9,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+# mixed into a trial's seed for its forward's generators, so they do not repeat its inputs' draws
+FORWARD_SEED = 0x5EED_F0D
+
 
 class Runner:
     def __init__(self, setup: dict):
@@ -88,15 +91,19 @@ class Runner:
         from ..problems import apply_sizes
         apply_sizes(self.problem, {**self.base_sizes, **(shape or {})})
         with torch.random.fork_rng(devices=[0] if self.device == "cuda" else []):
-            # the generators get_inputs draws from: the CPU's and this GPU's (torch.manual_seed also
-            # seeds XPU and MTIA, each a lazy call that formats the stack: 0.5 ms of every timed call)
-            torch.default_generator.manual_seed(seed)
-            if self.device == "cuda":
-                torch.cuda.manual_seed(seed)
+            self.seed_generators(seed)
             # Generating on the device gives fresh values in fresh buffers at GPU speed.
             with torch.device(self.device):
                 inputs = list(self.problem.get_inputs())
         return [self._cast(x) for x in inputs]
+
+    def seed_generators(self, seed: int) -> None:
+        """The generators get_inputs and a forward draw from: the CPU's and this GPU's
+        (torch.manual_seed also seeds XPU and MTIA, each a lazy call that formats the stack: 0.5 ms
+        of every timed call)."""
+        self.torch.default_generator.manual_seed(seed)
+        if self.device == "cuda":
+            self.torch.cuda.manual_seed(seed)
 
     def _cast(self, x):
         torch = self.torch
@@ -105,6 +112,12 @@ class Runner:
             if self.dtype is not None and x.is_floating_point():
                 x = x.to(self.dtype)
         return x
+
+    def seed_forward(self, seed: int) -> None:
+        """Before the forward of the call whose inputs came from `seed` (trials and timed calls):
+        a forward that draws random numbers (dropout in training mode, as KernelBench leaves it)
+        draws the same ones on both sides, whatever either process ran before."""
+        self.seed_generators(FORWARD_SEED ^ seed)
 
     # -- commands --------------------------------------------------------------------------------
     def build(self, init_seed: int) -> None:
@@ -161,6 +174,7 @@ class Runner:
             inputs = self.make_inputs(seed, shape)
             before = input_digest(torch, inputs)
             calls_before = self.ext_calls[0]
+            self.seed_forward(seed)
             with torch.no_grad():
                 out = self.forward(inputs)
             if self.device == "cuda":
