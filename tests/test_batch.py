@@ -87,6 +87,10 @@ def test_batch_labels_problem_folders_and_unmatched(tmp_path):
         assert r["solution_hash"] and r["problem_hash"] and r["config_hash"] and r["device"] == "cpu"
     # a failed build never reaches the device: no candidate was loaded, no reference environment
     assert recs["broken.py"]["phases"]["load_s"] == 0 and recs["broken.py"]["env"] is None
+    ph = recs["good.py"]["phases"]  # a candidate's load, split: its process, then ModelNew built
+    assert ph["load_process_s"] > 0 and ph["load_build_s"] > 0
+    assert ph["load_process_s"] + ph["load_build_s"] <= ph["load_s"] + 1e-3
+    assert {r["slot"] for r in recs.values() if r["status"] != "compile_error"} == {"cpu"}
     assert recs["broken.py"]["phases"]["compile_s"] > 0
     assert (run / "config.json").exists() and json.loads((run / "env.json").read_text())["torch"]
 

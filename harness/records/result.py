@@ -106,6 +106,10 @@ class PhaseTimes(BaseModel):
     # (timing.measure.warm_up) on a GPU, and starting a candidate's and a problem's further processes, where
     # a side is timed in several (timing.stats.processes_for); in total_s, not in timing_s
     processes_s: float = 0.0
+    # parts of load_s: the candidate's first process ready with the solution imported (a standby
+    # taken, or a fresh interpreter where none was left), then ModelNew built and moved to the device
+    load_process_s: Optional[float] = None
+    load_build_s: Optional[float] = None
     # time waiting for memory (memory.Admission): before its start, and where its measured need, known
     # after the reference's first trial, was more than it held; in total_s, in none of the phases
     memory_wait_s: float = 0.0

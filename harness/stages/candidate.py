@@ -60,12 +60,16 @@ class CandidateProcesses:
     def start(self) -> None:
         """The first process: the solution imported, ModelNew built from the reference's seed."""
         cfg, gate = self.ctx.cfg, self.ctx.gate
+        clock, phases = self.ctx.clock, self.ctx.phases
         with gate.stoppable(cfg.batch.slow_phase_frees_lane_s) as phase:
+            t0 = clock()
             self.first = self._spawn(phase)
             gate.register(self.first)
             wait_load(self.first, cfg.timeouts.load_s)
+            t1 = clock()
             ask(self.first, BuildCommand(init_seed=self.ref.plan.init_seed), cfg.timeouts.load_s,
                 "building ModelNew")
+        phases.load_process_s, phases.load_build_s = t1 - t0, clock() - t1
 
     def restart(self) -> Worker:
         """The first process replaced by a fresh one (a failed CUDA graph capture leaves torch half
