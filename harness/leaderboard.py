@@ -187,14 +187,28 @@ def wide(console):
     return Console(file=console.file, width=160, no_color=console.no_color)
 
 
+# a terminal narrower than the full table gets KernelBench's headline fast_p and the statuses last,
+# wrapped in their cell: nothing cut, within 80 columns
+NARROW_FAST_P = (0.0, 1.0, 2.0)
+NARROW_HEAD = ["label", "solved", "solutions"] + [fast_col(p) for p in NARROW_FAST_P] + ["geomean", "statuses"]
+
+
+def narrow(console) -> bool:
+    return console.is_terminal and console.width < 140
+
+
 def render_summary(summary: pd.DataFrame, console, title: Optional[str] = None) -> None:
     from rich.table import Table
-    console = wide(console)
-    t = Table(title=title, title_justify="left")
-    for h in SUMMARY_HEAD:
-        t.add_column(h, justify="left" if h in ("label", "statuses") else "right")
+    small = narrow(console)
+    console = console if small else wide(console)
+    head = NARROW_HEAD if small else SUMMARY_HEAD
+    t = Table(title=title, title_justify="left", padding=(0, 1 if not small else 0))
+    for h in head:
+        t.add_column(h, justify="left" if h in ("label", "statuses") else "right",
+                     overflow="fold", no_wrap=h not in ("label", "statuses"))
     for _, r in summary.iterrows():
-        t.add_row(*_summary_cells(r))
+        cells = dict(zip(SUMMARY_HEAD, _summary_cells(r)))
+        t.add_row(*(cells[h] for h in head))
     console.print(t)
 
 
@@ -202,14 +216,25 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
     from rich.table import Table
 
     from .report import STATUS_STYLE
-    console = wide(console)
-    t = Table(title=title, title_justify="left")
-    for h in PROBLEM_HEAD:
-        t.add_column(h, justify="right" if h in ("passed", "best speedup", "runtime", "reference") else "left")
-    for _, r in pp.iterrows():
-        cells = _problem_cells(r)
-        cells[2] = f"[{STATUS_STYLE.get(cells[2], 'default')}]{cells[2]}[/]"
-        t.add_row(*cells)
+    from rich import box
+    small = narrow(console)
+    console = console if small else wide(console)
+    head = PROBLEM_HEAD
+    if small:  # the problem's whole name first; times are in the CSV and --markdown
+        head = (["label"] if pp["label"].nunique() > 1 else []) + ["problem", "status", "passed", "best speedup"]
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if small else box.HEAVY_HEAD, pad_edge=not small)
+    rows = [dict(zip(PROBLEM_HEAD, _problem_cells(r))) for _, r in pp.iterrows()]
+    names = {h: "best" if small and h == "best speedup" else h for h in head}
+    widths = {h: max([len(names[h])] + [len(r[h]) for r in rows]) for h in head}
+    # a narrow terminal's width left by the other columns goes to the problem's name (folded beyond)
+    rest = console.width - sum(w + 3 for h, w in widths.items() if h != "problem") - 4
+    for h in head:
+        t.add_column(names[h], justify="right" if h in ("passed", "best speedup", "runtime", "reference") else "left",
+                     overflow="fold", no_wrap=h not in ("label", "problem"),
+                     width=max(12, min(widths[h], rest)) if small and h == "problem" else None)
+    for cells in rows:
+        cells["status"] = f"[{STATUS_STYLE.get(cells['status'], 'default')}]{cells['status']}[/]"
+        t.add_row(*(cells[h] for h in head))
     console.print(t)
 
 

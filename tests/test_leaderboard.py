@@ -2,6 +2,7 @@
 from hand-made records."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,39 @@ def test_compare_two_runs_per_problem_with_intervals(tmp_path):
     table = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and "within noise" in table.stdout and "1.450-1.550" in table.stdout, table.stdout
+
+
+def test_tables_fit_an_80_column_terminal_and_cut_nothing(tmp_path):
+    """On a narrow terminal the per-label table keeps KernelBench's headline fast_p and wraps the
+    statuses; the per-problem table keeps each problem's whole name (folded where longer than the
+    room left) and its best speedup. Piped, both stay wide (160 columns)."""
+    import io
+
+    from rich.console import Console
+
+    from harness.leaderboard import label_summary, load_records, per_problem, render_problems, render_summary
+    names = ["level2/13_ConvTranspose3d_Mean_Add_Softmax_Tanh_Scaling", "level1/4_Matrix_vector_multiplication_"]
+    recs = [rec(lb, n, "passed", 1.25 + i) for i, n in enumerate(names) for lb in ("model-alpha", "model-beta")]
+    recs += [rec("model-alpha", names[0], s) for s in ("incorrect", "compile_error", "runtime_error", "timeout")]
+    df = load_records([write_run(tmp_path / "r", recs)])
+    for piped in (False, True):
+        buf = io.StringIO()
+        console = Console(file=buf, width=80, force_terminal=not piped, color_system=None)
+        render_summary(label_summary(df), console)
+        render_problems(per_problem(df), console)
+        text = buf.getvalue()
+        lines = text.splitlines()
+        if piped:
+            assert max(map(len, lines)) > 100 and all(n in text for n in names) and "fast_0.5" in text
+            continue
+        assert max(map(len, lines)) <= 80, "\n".join(lines)
+        # a wrapped cell is whole once the table's padding and rules are gone
+        flat = re.sub(r"[\s│┃]", "", text)
+        head = next(i for i, line in enumerate(lines) if " problem " in line)
+        c0, c1 = lines[head].index(" problem ") + 1, lines[head].index(" status ")
+        column = "".join(line[c0:c1].strip() for line in lines[head + 2:])  # folded names, rejoined
+        for n in names:
+            assert n in column, (n, text)
+        for cell in ["1.250x", "2.250x", "fast_0", "fast_1", "fast_2", "model-alpha", "1/5",
+                             "passed2,incorrect1,timeout1,runtime_error1,compile_error1"]:
+            assert cell in flat, (cell, text)
