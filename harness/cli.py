@@ -360,5 +360,31 @@ def leaderboard_cmd(runs, csv_path, md_path, as_json, signed_only):
     render_summary(summary, out, title="per label")
 
 
+@main.command("report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--out", "out_dir", default=None,
+              help="Folder for report.md and report.html (default: the run's own folder; needed for several runs).")
+@click.option("--all-records", is_flag=True, help="Also records this machine's harness did not sign (by default "
+              "they are left out, as in a batch's own tables).")
+def report_cmd(runs, out_dir, all_records):
+    """Write report.md and a self-contained report.html (tables, plots, the machines' fingerprints) for
+    one run or several merged; a batch writes them into its run folder itself."""
+    from pathlib import Path
+
+    from .runreport import write
+    if out_dir is None:
+        if len(runs) > 1:
+            raise UsageFailed("several runs: say where their merged report goes with --out DIR")
+        out_dir = Path(runs[0]) if Path(runs[0]).is_dir() else Path(runs[0]).parent
+    try:
+        made = write(list(runs), out_dir, signed_only=not all_records)
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    if made is None:
+        raise click.ClickException("no records in " + ", ".join(runs)
+                                   + ("" if all_records else " signed by this machine's harness (--all-records: any)"))
+    _console().print(f"wrote {made[0]} and {made[1]}", highlight=False, soft_wrap=True)
+
+
 if __name__ == "__main__":
     entry()

@@ -281,6 +281,13 @@ def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
             console.print(f"{len(unsupported)} solution(s) need hardware this machine lacks (`unsupported`, "
                           f"not counted in solved or fast_p): {_first(sorted(set(unsupported.problem)))}",
                           highlight=False, soft_wrap=True)
+        try:  # tables and plots to look at; the records are written, so nothing here may fail the run
+            from ..runreport import write
+            made = write([run_dir], run_dir)
+            if made is not None:
+                console.print(f"report: {made[1]}", highlight=False, soft_wrap=True)
+        except Exception as e:  # noqa: BLE001
+            console.print(f"[yellow]no report[/]: {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
 
 
 def _first(things: list, n: int = 5) -> str:
