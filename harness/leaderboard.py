@@ -164,7 +164,7 @@ def fmt(v, kind: str = "") -> str:
     return str(v)
 
 
-def _summary_cells(r) -> list[str]:
+def summary_cells(r) -> list[str]:
     counts = ", ".join(f"{s} {int(r[s])}" for s in STATUS_ORDER if r[s])
     return ([str(r["label"]), f"{int(r['solved'])}/{int(r['problems'])}", str(int(r["solutions"])), counts]
             + [fmt(r[fast_col(p)], "frac") for p in FAST_P] + [fmt(r["geomean_speedup"], "x")])
@@ -174,7 +174,7 @@ SUMMARY_HEAD = ["label", "solved", "solutions", "statuses"] + [fast_col(p) for p
 PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime", "reference"]
 
 
-def _problem_cells(r) -> list[str]:
+def problem_cells(r) -> list[str]:
     return [str(r["label"]), str(r["problem"]), str(r["status"]), f"{int(r['passed'])}/{int(r['solutions'])}",
             fmt(r["best_speedup"], "x"), fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms")]
 
@@ -207,7 +207,7 @@ def render_summary(summary: pd.DataFrame, console, title: Optional[str] = None) 
         t.add_column(h, justify="left" if h in ("label", "statuses") else "right",
                      overflow="fold", no_wrap=h not in ("label", "statuses"))
     for _, r in summary.iterrows():
-        cells = dict(zip(SUMMARY_HEAD, _summary_cells(r)))
+        cells = dict(zip(SUMMARY_HEAD, summary_cells(r)))
         t.add_row(*(cells[h] for h in head))
     console.print(t)
 
@@ -223,7 +223,7 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
     if small:  # the problem's whole name first; times are in the CSV and --markdown
         head = (["label"] if pp["label"].nunique() > 1 else []) + ["problem", "status", "passed", "best speedup"]
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if small else box.HEAVY_HEAD, pad_edge=not small)
-    rows = [dict(zip(PROBLEM_HEAD, _problem_cells(r))) for _, r in pp.iterrows()]
+    rows = [dict(zip(PROBLEM_HEAD, problem_cells(r))) for _, r in pp.iterrows()]
     names = {h: "best" if small and h == "best speedup" else h for h in head}
     widths = {h: max([len(names[h])] + [len(r[h]) for r in rows]) for h in head}
     # a narrow terminal's width left by the other columns goes to the problem's name (folded beyond)
@@ -247,9 +247,9 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
     return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + "\n\n## Per label\n\n"
-            + md_table(SUMMARY_HEAD, [_summary_cells(r) for _, r in summary.iterrows()])
+            + md_table(SUMMARY_HEAD, [summary_cells(r) for _, r in summary.iterrows()])
             + "\n## Per problem\n\n"
-            + md_table(PROBLEM_HEAD, [_problem_cells(r) for _, r in pp.iterrows()]))
+            + md_table(PROBLEM_HEAD, [problem_cells(r) for _, r in pp.iterrows()]))
 
 
 def warn_mixed(df: pd.DataFrame, console) -> None:

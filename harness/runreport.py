@@ -17,7 +17,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, _problem_cells, _summary_cells,
+from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, problem_cells, summary_cells,
                           label_summary, load_records, md_table, per_problem)
 
 PLOTS = ("speedups", "distribution", "fast_p", "statuses")
@@ -180,8 +180,8 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
     svgs = plots(df, summary)
     fps = fingerprints(runs)
     fp_head, fp_rows = _fp_rows(fps)
-    sum_rows = [_summary_cells(r) for _, r in summary.iterrows()]
-    prob_rows = [_problem_cells(r) for _, r in pp.iterrows()]
+    sum_rows = [summary_cells(r) for _, r in summary.iterrows()]
+    prob_rows = [problem_cells(r) for _, r in pp.iterrows()]
     title = f"{len(df)} records, {df.problem.nunique()} problems, {df.label.nunique()} label(s)"
     note = ("fast_p: the fraction of problems with a passing solution faster than p times the reference; "
             "problems whose solutions all need hardware the machine lacked (unsupported) are left out.")

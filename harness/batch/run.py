@@ -84,7 +84,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
     probe = GpuProbe() if cfg.device != "cpu" else None
     items, skipped = _plan(paths, problem, problem_roots, label, resume, console, probe)
     device, slots, gpu_info = make_slots(cfg.device, gpus, probe)
-    _configure_slots(cfg, device, slots, gpu_info)
+    configure_slots(cfg, device, slots, gpu_info)
     size = resolve_size(cfg, device)
     cfg = cfg.model_copy(update={"device": device, "size": size})
     dtype = None if cfg.dtype == "auto" else cfg.dtype
@@ -102,7 +102,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         if resume:
             items = _still_to_do(items, cfg, results_path, summary, console)
 
-        executor, lender, compile_env = _make_executor(device, slots, cfg, compile_workers, size, dtype)
+        executor, lender, compile_env = make_executor(device, slots, cfg, compile_workers, size, dtype)
         results = ResultsFile(results_path, run_id(run_dir))
         pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
                         verbose or not console.is_terminal, compile_env)
@@ -178,7 +178,7 @@ def _plan(paths: list[str], problem: Optional[str], problem_roots: Optional[list
     return items, skipped
 
 
-def _configure_slots(cfg: Config, device: str, slots: list[DeviceSlot], gpu_info: list[dict]) -> None:
+def configure_slots(cfg: Config, device: str, slots: list[DeviceSlot], gpu_info: list[dict]) -> None:
     """Each slot's lanes, and the arch list that builds target."""
     for s in slots:
         s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
@@ -232,7 +232,7 @@ def _still_to_do(items: list[Item], cfg: Config, results_path: Path, summary: Ba
     return todo
 
 
-def _make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_workers: Optional[int], size: str,
+def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_workers: Optional[int], size: str,
                    dtype: Optional[str]) -> tuple[LocalExecutor, Optional[cpus.Lender], dict[str, str]]:
     """The slots' timing CPUs, the build workers, the executor; (executor, lender, the builds' env)."""
     background, lender = None, None

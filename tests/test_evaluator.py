@@ -1,0 +1,39 @@
+"""harness.Evaluator (evaluator.py): the batch's machinery kept warm between calls, for loops that
+score many generations."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_the_readmes_evaluator_example_runs_as_written():
+    block = re.search(r"an `Evaluator` keeps.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    p = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.split("\n")
+    assert lines[0] == "passed" and sorted(x.split()[0] for x in lines[1:3]) == ["no_code", "passed"], p.stdout
+
+
+def test_an_evaluator_keeps_each_problems_reference_and_gives_batch_verdicts(tmp_path):
+    """Three solutions of one problem start its reference once; the verdicts are those `harness eval`
+    gives (a file, code as text, a raw response without code), and a generation's text is kept in
+    the work folder."""
+    from harness import Evaluator
+    from harness.evaluator import EvaluationFailed
+    honest = (ROOT / "tests/fixtures/cpu/honest_linear_torch.py").read_text()
+    with Evaluator(device="cpu", problems=[ROOT / "tests/problems"], workdir=tmp_path) as ev:
+        first = ev.evaluate(honest, "linear_relu", label="m")
+        more = list(ev.evaluate_many([(ROOT / "tests/fixtures/cpu/bf16_downgrade.py", "linear_relu"),
+                                      ("Here is my answer, no code.", "linear_relu")], ordered=True))
+        assert ev.executor.references_started() == {"cpu": 1}
+        try:
+            ev.evaluate(honest, "no_such_problem")
+            raise AssertionError("an unknown problem must raise")
+        except (LookupError, EvaluationFailed) as e:
+            assert "no_such_problem" in str(e)
+    assert (first.status.value, first.label) == ("passed", "m") and first.speedup
+    assert [r.status.value for r in more] == ["incorrect", "no_code"]
+    assert sorted(p.suffix for p in tmp_path.glob("generation_*")) == [".md", ".py"]
