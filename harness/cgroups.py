@@ -1,12 +1,17 @@
 """A control group per jail (sandbox.py): a cap on the memory and on the processes of everything a
-jailed process runs, and the whole group killed when the jail is released.
+jailed process runs, the whole group frozen while the other side is timed, and killed when the jail
+is released.
 
 The uid of its own already bounds signals, files and (RLIMIT_NPROC) its process count; what it does
 not bound is memory: one solution could take the host's memory from every other evaluation and the
 harness itself. The kernel's memory controller does, with the OOM killer confined to the group.
 
 cgroup v2 (one hierarchy: the H100 machines) or v1 (a hierarchy per controller: this project's CI
-machines), whichever the machine mounts under /sys/fs/cgroup. The harness's own groups sit in a folder
+machines), whichever the machine mounts under /sys/fs/cgroup. Freezing is v2's `cgroup.freeze`, or
+v1's freezer hierarchy where mounted: a process the solution started in a session of its own escapes
+the SIGSTOP of its process group (worker.Worker.pause), not its group's freezer. A helper's attack
+burned the CPUs while its candidate was stopped, slowing the reference's timed rounds: 2.9-5.3x on
+an honest 1.0x (tests/adversarial/sandbox/escaped_burner.py). The harness's own groups sit in a folder
 of the parent's (`harness-<pid>`), removed at exit. Unavailable (no controller, not root): jails run
 without, and records do not list `memory_cap`.
 """
@@ -22,6 +27,7 @@ from typing import Optional
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids")
+FREEZER = "freezer"  # v1 only, where mounted (v2 freezes through cgroup.freeze in every group)
 _lock = threading.Lock()
 _bases: Optional[list[Path]] = None  # the parent's folder in each hierarchy; [] where unavailable
 _why: Optional[str] = None
@@ -74,7 +80,48 @@ def _make_bases() -> list[Path]:
         base = ROOT / c / _own_path(c).lstrip("/") / name
         base.mkdir(exist_ok=True)
         bases.append(base)
+    if (ROOT / FREEZER / "cgroup.procs").exists():
+        try:
+            _clear_stale(ROOT / FREEZER / _own_path(FREEZER).lstrip("/"))
+            base = ROOT / FREEZER / _own_path(FREEZER).lstrip("/") / name
+            base.mkdir(exist_ok=True)
+            bases.append(base)
+        except OSError:
+            pass  # jails go without freezing: records do not list `frozen_while_other_timed`
     return bases
+
+
+def freezes() -> bool:
+    """Whether a jail's group can be frozen here."""
+    return available() is None and (_v2() or any(b.is_relative_to(ROOT / FREEZER) for b in _bases or []))
+
+
+def freeze(groups: list[str], frozen: bool, wait_s: float = 0.1) -> bool:
+    """Freeze (or thaw) every process of the groups; freezing waits up to `wait_s` for the kernel to
+    have stopped them all. False where none of the groups can freeze."""
+    done = False
+    for g in map(Path, groups):
+        try:
+            if (g / "cgroup.freeze").exists():
+                (g / "cgroup.freeze").write_text("1" if frozen else "0")
+                state, want = g / "cgroup.events", "frozen 1"
+            elif (g / "freezer.state").exists():
+                (g / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+                state, want = g / "freezer.state", "FROZEN"
+            else:
+                continue
+        except OSError:
+            continue
+        done = True
+        deadline = time.perf_counter() + wait_s
+        while frozen and time.perf_counter() < deadline:
+            try:
+                if want in state.read_text():
+                    break
+            except OSError:
+                break
+            time.sleep(0.0002)
+    return done
 
 
 def available() -> Optional[str]:
@@ -149,6 +196,7 @@ def memory_exceeded(groups: list[str]) -> bool:
 
 def remove(groups: list[str]) -> None:
     """Every process left in the groups killed, and the groups removed."""
+    freeze(groups, False, 0)  # a frozen process does not die of SIGKILL until thawed
     for g in map(Path, groups):
         for _ in range(50):
             try:

@@ -14,7 +14,6 @@ Nothing is written to disk but the build cache and the generations' own files (i
 temporary folder by default)."""
 from __future__ import annotations
 
-import ast
 import itertools
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from typing import Iterable, Iterator, Optional, Union
 
 from .config import Config, load_config
 from .problems import Problem, find_problem
+from .pyast import parse
 from .records.result import EvalResult
 
 Source = Union[str, Path]
@@ -147,7 +147,7 @@ class Evaluator:
                                           and Path(solution).is_file()):
             return Path(solution).resolve()
         try:
-            ast.parse(solution)
+            parse(solution)
             suffix = ".py"
         except SyntaxError:
             suffix = ".md"

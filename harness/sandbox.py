@@ -407,6 +407,8 @@ def protections(jailed: bool) -> list[str]:
         out += ["own_uid", "read_only_harness", "private_home", "no_network"]
         if cgroups.available() is None:
             out.append("memory_cap")
+        if cgroups.freezes():  # everything it started stops while the other side is timed
+            out.append("frozen_while_other_timed")
         import platform
         if platform.machine() == "x86_64":
             out.append("no_user_namespaces")

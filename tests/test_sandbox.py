@@ -334,3 +334,23 @@ def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     r = _evaluate(ATTACKS / "user_namespace.py", prob, open_dir / "cache", "on")
     assert "no_user_namespaces" in r.protections
     assert r.status.value == "passed", (r.error, r.log_tail)
+
+
+@pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["freezes"]).freezes(), reason="no cgroup freezer here")
+def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_reference_is_timed(open_dir, monkeypatch):
+    """escaped_burner.py computes Model's own function and starts helpers in sessions of their own that
+    burn every CPU while its candidate is stopped, i.e. while the reference is timed. With only the
+    candidate's process group stopped (SIGSTOP) the reference looks 2.9-5.3x slower; with its jail's
+    control group frozen too (worker.Worker.pause) the speedup is an honest one."""
+    from harness.process import worker as worker_mod
+    prob = open_dir / "problem" / "linear_relu.py"
+    prob.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
+    with monkeypatch.context() as m:
+        m.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: False)
+        r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
+    assert "own_uid" in r.protections and r.status.value == "passed", (r.error, r.log_tail)
+    assert r.speedup > 1.8, r.speedup  # the attack works without the freezer
+    r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
+    assert "frozen_while_other_timed" in r.protections and r.status.value == "passed", (r.error, r.log_tail)
+    assert r.speedup < 1.4, r.speedup

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Union
 
 from pydantic import ValidationError
 
+from ..cgroups import freeze
 from ..cpus import restrict
 from ..memory import frame_limit
 from ..records.messages import REPLY, Command, ExitCommand, Prime, Reply, Setup
@@ -134,8 +135,9 @@ class Worker:
         # channel is out of step and the worker cannot take another command. Sticky: a healthy
         # request of another thread in flight at the same moment never sets it
         self.out_of_step = False
+        self.groups: list[str] = []  # its jail's control groups (cgroups.py): frozen with it in pause()
         if setup is not None:
-            self._send_line(Setup.model_validate(setup).model_dump_json())
+            self._send_setup(Setup.model_validate(setup))
 
     def ready(self, timeout: float) -> bool:
         """A standby worker: wait until it has preloaded. False when it died or hung meanwhile."""
@@ -166,7 +168,11 @@ class Worker:
         if not self.standby or self.preloaded is None:
             raise RuntimeError("start() is for a standby worker, after ready()")
         self.standby = False
-        self._send_line(Setup.model_validate(setup).model_dump_json())
+        self._send_setup(Setup.model_validate(setup))
+
+    def _send_setup(self, setup: Setup) -> None:
+        self.groups = list(setup.jail.cgroups) if setup.jail is not None else []
+        self._send_line(setup.model_dump_json())
 
     # -- channel ---------------------------------------------------------------------------------
     def _send_line(self, line: str) -> None:
@@ -274,7 +280,8 @@ class Worker:
 
     # -- control ---------------------------------------------------------------------------------
     def pause(self) -> None:
-        """Stop the whole process group (SIGSTOP) while something else is timed."""
+        """Stop the whole process group (SIGSTOP) while something else is timed, and freeze its
+        jail's control group: a process it started in a session of its own stops too (cgroups.py)."""
         with self._pause_lock:
             if self.proc.poll() is None and not self.stopped:
                 try:
@@ -283,10 +290,14 @@ class Worker:
                     self._stopped_at = time.perf_counter()
                 except ProcessLookupError:
                     pass
+                if self.stopped and self.groups:
+                    freeze(self.groups, True)
 
     def resume(self) -> None:
         with self._pause_lock:
             if self.stopped:
+                if self.groups:
+                    freeze(self.groups, False)
                 try:
                     os.killpg(self.proc.pid, signal.SIGCONT)
                 except ProcessLookupError:
