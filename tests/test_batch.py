@@ -304,35 +304,6 @@ class FakeExecutor:
         pass
 
 
-def test_pipeline_schedule(tmp_path):
-    from rich.console import Console
-
-    from harness.batch.pipeline import BatchSummary, Pipeline
-    from harness.batch.plan import Item
-    from harness.batch.runfolder import EventLog, ResultsFile
-    from harness.problems import discover
-    probs = {p.name: p for p in discover([PROBLEMS])}
-    names = [("relu_add", "x0"), ("relu_add", "x1"), ("relu_add", "bad"), ("relu_add", "x2"),
-             ("softmax_wide", "y0"), ("softmax_wide", "y1"), ("softmax_wide", "y2"), ("linear_relu", "z0")]
-    items = [Item(i, tmp_path / f"{n}.py", probs[p], "L") for i, (p, n) in enumerate(names)]
-    ex = FakeExecutor(["g0", "g1"])
-    summary = BatchSummary(run_dir=tmp_path)
-    res = ResultsFile(tmp_path / "results.jsonl")
-    pipe = Pipeline(items, CONFIG(device="cpu"), ex, "cpu", "small", None, res, EventLog(tmp_path / "ev.jsonl"),
-                    summary, Console(file=open(os.devnull, "w")), False, {})
-    pipe.run()
-    res.close()
-    recs = records(tmp_path)
-    assert sorted(Path(r["solution"]).stem for r in recs) == sorted(n for _, n in names)
-    assert summary.statuses == {"passed": 7, "compile_error": 1}
-    assert sorted(ex.retired) == ["linear_relu", "relu_add", "softmax_wide"]  # each once, when done
-    for slot in ("g0", "g1"):  # a slot finishes a problem before it moves on: no A, B, A
-        seq = [p for s, p in ex.evals if s == slot]
-        runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
-        assert len(runs) == len(set(runs)), seq
-    assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
-
-
 def _pipeline(tmp_path, ex, names):
     from rich.console import Console
 
@@ -350,6 +321,21 @@ def _pipeline(tmp_path, ex, names):
     res.close()
     events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
     return summary, records(tmp_path), events
+
+
+def test_pipeline_schedule(tmp_path):
+    names = [("relu_add", "x0"), ("relu_add", "x1"), ("relu_add", "bad"), ("relu_add", "x2"),
+             ("softmax_wide", "y0"), ("softmax_wide", "y1"), ("softmax_wide", "y2"), ("linear_relu", "z0")]
+    ex = FakeExecutor(["g0", "g1"])
+    summary, recs, _ = _pipeline(tmp_path, ex, names)
+    assert sorted(Path(r["solution"]).stem for r in recs) == sorted(n for _, n in names)
+    assert summary.statuses == {"passed": 7, "compile_error": 1}
+    assert sorted(ex.retired) == ["linear_relu", "relu_add", "softmax_wide"]  # each once, when done
+    for slot in ("g0", "g1"):  # a slot finishes a problem before it moves on: no A, B, A
+        seq = [p for s, p in ex.evals if s == slot]
+        runs = [p for i, p in enumerate(seq) if i == 0 or seq[i - 1] != p]
+        assert len(runs) == len(set(runs)), seq
+    assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
 
 
 def test_a_lost_gpu_moves_its_work_to_the_other_slots(tmp_path):
