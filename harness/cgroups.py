@@ -96,10 +96,12 @@ def freezes() -> bool:
     return available() is None and (_v2() or any(b.is_relative_to(ROOT / FREEZER) for b in _bases or []))
 
 
-def freeze(groups: list[str], frozen: bool, wait_s: float = 0.1) -> bool:
-    """Freeze (or thaw) every process of the groups; freezing waits up to `wait_s` for the kernel to
-    have stopped them all. False where none of the groups can freeze."""
-    done = False
+def freeze(groups: list[str], frozen: bool, wait_s: float = 0.1) -> Optional[bool]:
+    """Freeze (or thaw) every process of the groups. Freezing waits up to `wait_s` for the kernel to
+    have stopped them all: a task is frozen only on its way back from the kernel, so a helper inside
+    one long system call (a gigabyte read into fresh pages) runs on meanwhile. True once done (every
+    group frozen), False where a group was still freezing at `wait_s`, None where none can freeze."""
+    done: Optional[bool] = None
     for g in map(Path, groups):
         try:
             if (g / "cgroup.freeze").exists():
@@ -112,13 +114,16 @@ def freeze(groups: list[str], frozen: bool, wait_s: float = 0.1) -> bool:
                 continue
         except OSError:
             continue
-        done = True
+        done = True if done is None else done
         deadline = time.perf_counter() + wait_s
-        while frozen and time.perf_counter() < deadline:
+        while frozen:
             try:
                 if want in state.read_text():
                     break
             except OSError:
+                break
+            if time.perf_counter() > deadline:
+                done = False
                 break
             time.sleep(0.0002)
     return done

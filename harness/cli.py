@@ -241,9 +241,9 @@ def problems_check(names, problems_dir, device, size, config_path, jobs, as_json
 @click.option("--require-sandbox", is_flag=True,
               help="Refuse to run unless solution code runs as a uid of its own ([hardening] sandbox = \"on\").")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON on stdout.")
-@click.option("--verbose", "-v", is_flag=True, help="A line on stderr per finished solution.")
+@click.option("--quiet", "-q", is_flag=True, help="No line per finished solution (its verdict, and why it failed).")
 def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_workers, config_path, device,
-              require_sandbox, as_json, verbose):
+              require_sandbox, as_json, quiet):
     """Evaluate every solution under PATH... (files or folders of .py/.md/.txt): builds on all cores,
     evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
     import faulthandler
@@ -263,7 +263,7 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
     try:
         summary = run_batch(list(paths), cfg, problem=problem, problem_roots=list(problems_dir) or None, out=out,
                             resume=resume, label=label, gpus=gpus, compile_workers=compile_workers,
-                            console=_console(), verbose=verbose)
+                            console=_console(), quiet=quiet)
     except BatchError as e:  # nothing to run, a run folder in use: the user's to fix
         raise UsageFailed(str(e)) from None
     except KeyboardInterrupt:
@@ -342,7 +342,7 @@ def leaderboard_cmd(runs, csv_path, md_path, as_json, signed_only):
     try:
         df = load_records(runs, signed_only=signed_only)
     except FileNotFoundError as e:
-        raise click.ClickException(str(e)) from None
+        raise UsageFailed(str(e)) from None
     if df.empty:
         raise click.ClickException("no records in " + ", ".join(runs))
     warn_mixed(df, _console())
@@ -379,7 +379,7 @@ def report_cmd(runs, out_dir, all_records):
     try:
         made = write(list(runs), out_dir, signed_only=not all_records)
     except FileNotFoundError as e:
-        raise click.ClickException(str(e)) from None
+        raise UsageFailed(str(e)) from None
     if made is None:
         raise click.ClickException("no records in " + ", ".join(runs)
                                    + ("" if all_records else " signed by this machine's harness (--all-records: any)"))

@@ -107,8 +107,8 @@ def render(cmp: pd.DataFrame, console, title: Optional[str] = None) -> None:
     from .leaderboard import wide
     console = wide(console)
     t = Table(title=title, title_justify="left")
-    for h in HEAD:
-        t.add_column(h, justify="left" if h in ("problem", "B is") else "right")
+    for h in HEAD:  # a narrow terminal folds the cells, never cuts them (two problems must stay apart)
+        t.add_column(h, justify="left" if h in ("problem", "B is") else "right", overflow="fold")
     for r in cmp.itertuples():
         t.add_row(*_cells(r))
     console.print(t)

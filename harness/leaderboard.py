@@ -25,7 +25,7 @@ FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
                 "interface_error", "no_code", "too_big", "unsupported"]
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "speedup_lo", "speedup_hi", "runtime_ms",
-           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags"]
+           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags", "error"]
 
 
 def fast_col(p: float) -> str:
@@ -59,7 +59,8 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
                          "ref_runtime_ms": r.get("ref_runtime_ms"), "solution_hash": r.get("solution_hash"),
                          "problem_hash": r.get("problem_hash"), "config_hash": r.get("config_hash"),
                          "device": r.get("device"), "gpu": env.get("gpu_name") or env.get("cpu"),
-                         "flags": ",".join(r.get("flags") or [])})
+                         "flags": ",".join(r.get("flags") or []),
+                         "error": (r.get("error") or "").split("\n", 1)[0]})
     df = pd.DataFrame(rows, columns=COLUMNS + ["order"])
     if df.empty:
         return df.drop(columns="order")
@@ -222,7 +223,9 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
     head = PROBLEM_HEAD
     if small:  # the problem's whole name first; times are in the CSV and --markdown
         head = (["label"] if pp["label"].nunique() > 1 else []) + ["problem", "status", "passed", "best speedup"]
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if small else box.HEAVY_HEAD, pad_edge=not small)
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if small else box.HEAVY_HEAD, pad_edge=not small,
+              caption="best: the best passing speedup; runtimes in --csv and --markdown, or a wider terminal"
+              if small else None, caption_justify="left")
     rows = [dict(zip(PROBLEM_HEAD, problem_cells(r))) for _, r in pp.iterrows()]
     names = {h: "best" if small and h == "best speedup" else h for h in head}
     widths = {h: max([len(names[h])] + [len(r[h]) for r in rows]) for h in head}

@@ -17,6 +17,7 @@ from typing import Optional
 
 import pandas as pd
 
+from .batch.pipeline import clip
 from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, problem_cells, summary_cells,
                           label_summary, load_records, md_table, per_problem)
 
@@ -105,17 +106,20 @@ def plots(df: pd.DataFrame, summary: pd.DataFrame) -> dict[str, str]:
     out["speedups"] = _svg(fig)
 
     fig, ax = plt.subplots(figsize=(9, 3.2))
-    data = [df[(df.label == lb) & (df.status == "passed") & (df.speedup > 0)].speedup.map(math.log10).tolist()
-            for lb in labels]
+    data = [df[(df.label == lb) & (df.status == "passed") & (df.speedup > 0)].speedup.tolist() for lb in labels]
     if any(data):
-        lo, hi = min(min(d) for d in data if d), max(max(d) for d in data if d)
-        bins = [lo + (hi - lo) * i / 24 for i in range(25)] if hi > lo else 10
+        # bins even in log space, a decade wide at the least: equal speedups still make a visible bar
+        lo = math.log10(min(min(d) for d in data if d))
+        hi = math.log10(max(max(d) for d in data if d))
+        mid, half = (lo + hi) / 2, max((hi - lo) / 2, 0.5)
+        bins = [10 ** (mid - half + 2 * half * i / 24) for i in range(25)]
         for lb, d in zip(labels, data):
             if d:
                 ax.hist(d, bins=bins, alpha=0.55, color=colors[lb], label=f"{lb} ({len(d)})")
-        ax.axvline(0.0, color="#555", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="#555", lw=0.8, ls="--")
         ax.legend(fontsize=8)
-    ax.set_xlabel("log10 speedup of each passing solution")
+    ax.set_xlabel("speedup of each passing solution (log scale)")
     ax.set_ylabel("solutions")
     ax.set_title("Distribution of speedups per label")
     out["distribution"] = _svg(fig)
@@ -182,6 +186,10 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
     fp_head, fp_rows = _fp_rows(fps)
     sum_rows = [summary_cells(r) for _, r in summary.iterrows()]
     prob_rows = [problem_cells(r) for _, r in pp.iterrows()]
+    sol_head = ["label", "problem", "solution", "status", "speedup", "why it failed"]
+    sol_rows = [[r.label, r.problem, Path(str(r.solution)).name, r.status,
+                 "-" if r.speedup != r.speedup or r.speedup is None else f"{r.speedup:.3f}x", clip(r.error or "", 160)]
+                for r in sorted(df.itertuples(), key=lambda r: (r.label, natural(r.problem), str(r.solution)))]
     title = f"{len(df)} records, {df.problem.nunique()} problems, {df.label.nunique()} label(s)"
     note = ("fast_p: the fraction of problems with a passing solution faster than p times the reference; "
             "problems whose solutions all need hardware the machine lacked (unsupported) are left out.")
@@ -194,6 +202,7 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
           + md_table(SUMMARY_HEAD, sum_rows) + f"\n{note}\n\n"
           + "".join(f"![{n}](report_plots/{n}.svg)\n\n" for n in PLOTS)
           + "## Per problem\n\n" + md_table(PROBLEM_HEAD, prob_rows)
+          + "\n## Per solution\n\n" + md_table(sol_head, sol_rows)
           + "\n## Hardware and software\n\n" + md_table(fp_head, fp_rows))
     md_path = out_dir / "report.md"
     md_path.write_text(md)
@@ -204,6 +213,7 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
             f"<h2>Per label</h2>{_html_table(SUMMARY_HEAD, sum_rows)}<p>{html.escape(note)}</p>"
             + "".join(f"<figure id='{n}'>{svgs[n]}</figure>" for n in PLOTS)
             + f"<h2>Per problem</h2>{_html_table(PROBLEM_HEAD, prob_rows)}"
+            f"<h2>Per solution</h2>{_html_table(sol_head, sol_rows)}"
             f"<h2>Hardware and software</h2>{_html_table(fp_head, fp_rows)}</body></html>\n")
     html_path = out_dir / "report.html"
     html_path.write_text(page)

@@ -20,7 +20,8 @@ PROBLEMS = [f"level1/{i}_Problem_{i}" for i in range(1, 7)]
 def hand_run(tmp_path: Path) -> Path:
     recs = [rec("model-a", p, "passed", 0.6 + 0.4 * i, speedup_ci=(0.55 + 0.4 * i, 0.7 + 0.4 * i))
             for i, p in enumerate(PROBLEMS[:4])]
-    recs += [rec("model-a", PROBLEMS[4], "incorrect"), rec("model-a", PROBLEMS[5], "compile_error")]
+    recs += [rec("model-a", PROBLEMS[4], "incorrect", error="trial 0 (default): 5 of 64 values outside\nmore"),
+             rec("model-a", PROBLEMS[5], "compile_error")]
     recs += [rec("model-b", p, "passed", 1.1) for p in PROBLEMS[:2]] + [rec("model-b", PROBLEMS[2], "timeout")]
     run = write_run(tmp_path / "run", recs)
     (run / "env.json").write_text('{"torch": "2.13.0", "torch_cuda": null, "harness": "0.1.0", "host": "box", '
@@ -35,7 +36,8 @@ def test_the_report_holds_the_tables_the_plots_and_the_fingerprint(tmp_path):
     md, page = write([run], run, signed_only=False)
     text, md_text = page.read_text(), md.read_text()
     assert text.count("<svg") == len(PLOTS) == 4 and "<script" not in text and "http" not in text.split("<svg")[0]
-    for want in ("model-a", "model-b", "fast_0.5", "1.800x", "incorrect 1", "2.13.0", "box") + tuple(PROBLEMS):
+    for want in ("model-a", "model-b", "fast_0.5", "1.800x", "incorrect 1", "2.13.0", "box",
+                 "Per solution", "5 of 64 values outside") + tuple(PROBLEMS):
         assert want in text and want in md_text, want
     for n in PLOTS:  # the markdown's plots are files beside it
         assert f"report_plots/{n}.svg" in md_text and (run / "report_plots" / f"{n}.svg").stat().st_size > 1000
@@ -76,7 +78,7 @@ def test_the_page_renders_in_headless_chromium(tmp_path):
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'ud'}"]
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert len(re.findall(r"<svg\b", dom.stdout)) == 4 and dom.stdout.count("<table") == 3, dom.stdout[:2000]
+    assert len(re.findall(r"<svg\b", dom.stdout)) == 4 and dom.stdout.count("<table") == 4, dom.stdout[:2000]
     shot = tmp_path / "page.png"
     p = subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1200,2600", page.as_uri()],
                        capture_output=True, text=True, timeout=120)

@@ -347,10 +347,26 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
     with monkeypatch.context() as m:
-        m.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: False)
+        m.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: None)  # as where none can freeze
         r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
     assert "own_uid" in r.protections and r.status.value == "passed", (r.error, r.log_tail)
     assert r.speedup > 1.8, r.speedup  # the attack works without the freezer
     r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
     assert "frozen_while_other_timed" in r.protections and r.status.value == "passed", (r.error, r.log_tail)
     assert r.speedup < 1.4, r.speedup
+
+
+@pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["freezes"]).freezes(), reason="no cgroup freezer here")
+def test_a_jail_that_does_not_freeze_in_time_is_not_timed_beside_the_reference(open_dir, monkeypatch):
+    """A helper inside one long system call runs on until the call returns, the group still
+    freezing (a helper's attack: 1 GB reads into fresh pages, up to 1.8x). A pause whose group is not
+    frozen within FREEZE_WAIT_S times no reference round: the solution is `rejected`, `unfreezable`
+    (here the freezer is made to report so, on an honest solution; it passes otherwise)."""
+    from harness.process import worker as worker_mod
+    prob = _problem_copy(open_dir)
+    honest = ROOT / "tests" / "fixtures" / "cpu" / "honest_cpp.py"
+    r = _evaluate(honest, prob, open_dir / "cache", "on")
+    assert r.status.value == "passed" and "frozen_while_other_timed" in r.protections, (r.error, r.log_tail)
+    monkeypatch.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: False if frozen else True)
+    r = _evaluate(honest, prob, open_dir / "cache", "on")
+    assert r.status.value == "rejected" and "unfreezable" in r.flags, (r.status, r.error)

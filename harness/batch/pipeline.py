@@ -21,6 +21,14 @@ from .runfolder import EventLog, ResultsFile
 
 HEARTBEAT_S = 30.0  # between "inflight" events in the run's timeline
 
+
+def clip(text: str, n: int) -> str:
+    """At most about `n` characters, cut at a word, with an ellipsis where cut."""
+    if len(text) <= n:
+        return text
+    cut = text[:n].rsplit(" ", 1)[0]
+    return (cut if len(cut) > n // 2 else text[:n]) + " …"
+
 @dataclass
 class SlotState:
     slot: DeviceSlot
@@ -194,7 +202,7 @@ class Pipeline:
         self.summary.statuses[rec.status.value] += 1
         if self.verbose:
             sp = f" {rec.speedup:.2f}x" if rec.speedup else ""
-            why = f"  ({(rec.error or '').splitlines()[0][:160]})" if rec.status.value != "passed" and rec.error else ""
+            why = f"  ({clip((rec.error or '').splitlines()[0], 200)})" if rec.status.value != "passed" and rec.error else ""
             self.console.print(f"[{self.done + self.skipped}/{self.total}] {rec.status.value}{sp}  "
                                f"{item.label or '-'}  {item.problem.name}  {item.short()}{why}",
                                highlight=False, soft_wrap=True)

@@ -136,8 +136,7 @@ def plan_items(paths, problems: list[Problem], fixed: Optional[Problem], label: 
         prob, at, why = matcher.match(f, root)
         lab = label or _label_for(f, root, at)
         if prob is None:
-            skipped.append(Skipped(str(f), f"matches no problem ({why or 'no rule applies'}). The {RULES}. "
-                                           f"Problems searched: {roots_text} ({len(problems)} problems).", lab))
+            skipped.append(Skipped(str(f), f"matches no problem ({why or 'no rule applies'})", lab))
             continue
         sol = load_solution(f)
         items.append(Item(index=0, path=f.resolve(), problem=prob, label=lab, solution_hash=sol.source_hash,

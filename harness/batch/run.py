@@ -34,7 +34,7 @@ from ..problems import DEFAULT_ROOTS, discover, find_problem
 from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
 from .executor import DeviceSlot, LocalExecutor
 from .pipeline import BatchSummary, Pipeline
-from .plan import SOLUTION_SUFFIXES, BatchError, Item, Skipped, plan_items
+from .plan import RULES, SOLUTION_SUFFIXES, BatchError, Item, Skipped, plan_items
 from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key, run_id
 
 
@@ -73,7 +73,7 @@ def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int
 def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
               problem_roots: Optional[list[str]] = None, out: Optional[str] = None, resume: bool = False,
               label: Optional[str] = None, gpus: Optional[str] = None, compile_workers: Optional[int] = None,
-              console=None, verbose: bool = False, show_progress: bool = True) -> BatchSummary:
+              console=None, quiet: bool = False, show_progress: bool = True) -> BatchSummary:
     from rich.console import Console
 
     from ..evaluation import resolve_size
@@ -104,8 +104,10 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
 
         executor, lender, compile_env = make_executor(device, slots, cfg, compile_workers, size, dtype)
         results = ResultsFile(results_path, run_id(run_dir))
+        # a line per finished solution, in a terminal too (above the progress display): its verdict
+        # and, where it failed, why
         pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
-                        verbose or not console.is_terminal, compile_env)
+                        not quiet, compile_env)
         summary.setup_s = time.perf_counter() - t_start
 
         old_term = signal.getsignal(signal.SIGTERM)
@@ -163,6 +165,9 @@ def _plan(paths: list[str], problem: Optional[str], problem_roots: Optional[list
         items, skipped = plan_items(paths, problems, fixed, label, roots_text, ignored)
         for sk in skipped:
             console.print(f"[yellow]skipped[/] {sk.solution}: {sk.reason}", highlight=False, soft_wrap=True)
+        if skipped:  # the rules once, not with every file
+            console.print(f"The {RULES}. Problems searched: {roots_text} ({len(problems)} problems).",
+                          highlight=False, soft_wrap=True)
         if ignored:
             console.print(f"not read as solutions ({len(ignored)}: only {', '.join(sorted(SOLUTION_SUFFIXES))} files, not "
                           f"README, LICENSE or notes): {_first(ignored)}", highlight=False, soft_wrap=True)

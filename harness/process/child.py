@@ -117,7 +117,7 @@ def run_compile(setup: Setup, rep_fd: int) -> None:
         if cuda_sources and not has_cuda:
             failure["category"] = "needs_cuda"
             raise NeedsCuda(f"extension {name!r} has cuda_sources but this evaluation has no CUDA device "
-                            f"(device={setup.device}, torch {torch.__version__}); run it on a GPU machine")
+                            f"(device={setup.device}, torch {torch.__version__})")
         kernels.extend(kernel_names(cuda_sources))
         try:
             mod = real_inline(name, cpp_sources, cuda_sources, *args, **kwargs)

@@ -29,6 +29,11 @@ from ..records.messages import REPLY, Command, ExitCommand, Prime, Reply, Setup
 from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
 from .pipes import MAX_LINE_BYTES, Tail, make_pipes
 
+# How long a pause waits for the jail's group to be frozen. An honest candidate's processes are idle,
+# waiting for a command, and freeze at once; a helper kept inside the kernel (one long system call)
+# would run on beside the other side's timing: past this, the measurement is not taken (measure.py)
+FREEZE_WAIT_S = 5.0
+
 
 # A request's timeout leaves out the time its process was stopped (a neighbour's timing), up to this:
 # a stopped process's GPU kernels go on running, so a kernel that never ends, stopped again and
@@ -136,6 +141,7 @@ class Worker:
         # request of another thread in flight at the same moment never sets it
         self.out_of_step = False
         self.groups: list[str] = []  # its jail's control groups (cgroups.py): frozen with it in pause()
+        self.unfrozen = 0  # pauses after which its groups were still freezing at FREEZE_WAIT_S
         if setup is not None:
             self._send_setup(Setup.model_validate(setup))
 
@@ -290,8 +296,8 @@ class Worker:
                     self._stopped_at = time.perf_counter()
                 except ProcessLookupError:
                     pass
-                if self.stopped and self.groups:
-                    freeze(self.groups, True)
+                if self.stopped and self.groups and freeze(self.groups, True, FREEZE_WAIT_S) is False:
+                    self.unfrozen += 1
 
     def resume(self) -> None:
         with self._pause_lock:

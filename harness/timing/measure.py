@@ -291,6 +291,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if _candidate_failed(m, c_reply, warm):
             break
         cand.pause()  # nothing of the candidate's runs while the reference is timed
+        if getattr(cand, "unfrozen", 0):
+            cand.resume()
+            m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
+            break
         try:
             p0 = rq(ref)
             r_reply, r_wall = ref.request(cmd, ref_timeout)
