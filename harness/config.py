@@ -242,18 +242,39 @@ def keys() -> list[str]:
     return out
 
 
+def nearest_key(loc: str) -> Optional[str]:
+    """The key a misspelt one most likely meant: a whole key ("timing.budget_sec" -> timing.budget_s),
+    a table ("correctnes" -> [correctness]), or a key written outside its table ("trials" ->
+    correctness.trials)."""
+    import difflib
+    every = keys()
+    tables = sorted({k.split(".")[0] for k in every if "." in k})
+    if "." not in loc:
+        placed = [k for k in every if k.split(".")[-1] == loc]
+        if placed:
+            return f"{placed[0]} (under [{placed[0].rsplit('.', 1)[0]}])" if "." in placed[0] else placed[0]
+        table = difflib.get_close_matches(loc, tables, n=1, cutoff=0.75)
+        if table:
+            return f"[{table[0]}]"
+    head = loc.split(".")[0]
+    if "." in loc and head not in tables:
+        table = difflib.get_close_matches(head, tables, n=1, cutoff=0.75)
+        if table:
+            return f"{table[0]}.{loc.split('.', 1)[1]}"
+    near = difflib.get_close_matches(loc, every, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
 def explain(error, options: Optional[dict[str, str]] = None) -> str:
     """A pydantic ValidationError of Config in a user's words: each bad key, the option that set it
     where one did (`options`: dotted key -> "--trials"), and for a key that does not exist the
     nearest that does."""
-    import difflib
     parts = []
     for err in error.errors():
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(loc, keys(), n=1, cutoff=0.6)
-            msg = "no such key" + (f"; did you mean {near[0]}?" if near else "")
+            msg = "no such key" + (f"; did you mean {near}?" if (near := nearest_key(loc)) else "")
         where = (options or {}).get(loc)
         parts.append(f"{where} ({loc}): {msg}" if where else f"{loc}: {msg}")
     return "; ".join(parts)

@@ -127,11 +127,16 @@ def test_user_errors_are_one_line_with_the_fix(tmp_path):
 
     from harness.cli import main
     bad_toml, typo = tmp_path / "bad.toml", tmp_path / "typo.toml"
+    table, loose = tmp_path / "table.toml", tmp_path / "loose.toml"
     bad_toml.write_text("[timing\nbudget_s = 1\n")
     typo.write_text("[timing]\nbuget_s = 1\n")
+    table.write_text("[correctnes]\ntrials = 2\n")  # a table one letter off
+    loose.write_text("trials = 2\n")  # a key outside its table
     sol = "tests/fixtures/cpu/honest_cpp.py"
     cases = [(["--problem", "relu_add", "--config", str(bad_toml)], "not valid TOML"),
              (["--problem", "relu_add", "--config", str(typo)], "did you mean timing.budget_s?"),
+             (["--problem", "relu_add", "--config", str(table)], "did you mean [correctness]?"),
+             (["--problem", "relu_add", "--config", str(loose)], "did you mean correctness.trials (under [correctness])?"),
              (["--problem", "relu_add", "--trials", "0"], "--trials (correctness.trials)"),
              (["--problem", "relu_ad"], "did you mean 'relu_add'?")]
     for args, says in cases:
