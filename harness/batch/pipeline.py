@@ -232,7 +232,7 @@ class Pipeline:
             self.compile_failed += 1
             self._skip(item, co.error)
         elif co.record is not None:
-            self.compile_failed += co.record.status.value != "no_code"
+            self.compile_failed += co.record.status.value not in ("no_code", "unsupported")
             self._record(item, co.record)
         elif k in self.failed_problems:
             self._skip(item, f"problem {item.problem.name} failed: {self.failed_problems[k]}")
