@@ -120,7 +120,7 @@ def test_exit_codes_tell_a_verdict_from_a_usage_error_from_the_harness_failing(t
     assert "1 solution(s) need hardware this machine lacks" in b.stderr and "unsupported 1" in b.stderr
 
 
-def test_user_errors_are_one_line_with_the_fix(tmp_path):
+def test_user_errors_are_one_line_with_the_fix(tmp_path, monkeypatch):
     """A config file that is not TOML, a key one letter off, an option out of range and a problem name
     one letter off: each a usage error (2) in one line naming the fix, never a traceback."""
     from click.testing import CliRunner
@@ -143,6 +143,10 @@ def test_user_errors_are_one_line_with_the_fix(tmp_path):
         r = CliRunner().invoke(main, ["eval", sol, "--problems", "tests/problems", "--device", "cpu", *args])
         assert r.exit_code == 2, (args, r.exit_code, r.output)
         assert says in r.output and "Traceback" not in r.output, (args, r.output)
+    # a problem left out of --problems (the README's relu_add lives in tests/problems): where it is
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(main, ["eval", sol, "--problem", "relu_add", "--device", "cpu"])
+    assert r.exit_code == 2 and "add --problems tests/problems" in r.output, r.output
 
 
 def test_the_readmes_python_example_runs_as_written():

@@ -284,7 +284,8 @@ def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
         unsupported = df[df.status == "unsupported"]
         if not unsupported.empty:  # not failures, and out of `solved`: say why they are not counted
             console.print(f"{len(unsupported)} solution(s) need hardware this machine lacks (`unsupported`, "
-                          f"not counted in solved or fast_p): {_first(sorted(set(unsupported.problem)))}",
+                          f"not counted in solved or fast_p): "
+                          f"{_first(sorted(os.path.relpath(f) for f in unsupported.solution))}",
                           highlight=False, soft_wrap=True)
         try:  # tables and plots to look at; the records are written, so nothing here may fail the run
             from ..runreport import write
