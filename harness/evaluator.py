@@ -37,20 +37,16 @@ class Evaluator:
     def __init__(self, cfg: Optional[Config] = None, *, device: Optional[str] = None, gpus: Optional[str] = None,
                  problems: Optional[Iterable[Source]] = None, compile_workers: Optional[int] = None,
                  workdir: Optional[Source] = None):
-        from .batch.devices import make_slots
-        from .batch.run import configure_slots, make_executor
-        from .evaluation import resolve_size
+        from .batch.run import make_executor, resolve_devices
         cfg = cfg or load_config()
         if device is not None:
             cfg = cfg.model_copy(update={"device": device})
         self.roots = [str(p) for p in problems] if problems else None
-        dev, slots, gpu_info = make_slots(cfg.device, gpus)
-        configure_slots(cfg, dev, slots, gpu_info)
-        size = resolve_size(cfg, dev)
-        self.cfg = cfg.model_copy(update={"device": dev, "size": size})
-        self.device, self.size = dev, size
+        self.cfg, slots, _ = resolve_devices(cfg, gpus)
+        self.device, self.size = self.cfg.device, self.cfg.size
         self.dtype = None if cfg.dtype == "auto" else cfg.dtype
-        self.executor, _, self._compile_env = make_executor(dev, slots, self.cfg, compile_workers, size, self.dtype)
+        self.executor, _, self._compile_env = make_executor(self.device, slots, self.cfg, compile_workers, self.size,
+                                                            self.dtype)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="harness-evaluator-")
         self.workdir = Path(workdir or self._tmp.name)
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,14 @@ STATUS_STYLE = {"passed": "bold green", "incorrect": "bold red", "compile_error"
                 "too_big": "cyan", "unsupported": "dim cyan"}
 
 
+def clip(text: str, n: int) -> str:
+    """At most about `n` characters, cut at a word, with an ellipsis where cut."""
+    if len(text) <= n:
+        return text
+    cut = text[:n].rsplit(" ", 1)[0]
+    return (cut if len(cut) > n // 2 else text[:n]) + " …"
+
+
 def _ms(x):
     return "-" if x is None else (f"{x * 1e3:.1f} us" if x < 1 else f"{x:.3f} ms")
 

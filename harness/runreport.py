@@ -17,9 +17,9 @@ from typing import Optional
 
 import pandas as pd
 
-from .batch.pipeline import clip
 from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, problem_cells, summary_cells,
                           label_summary, load_records, md_table, per_problem)
+from .report import clip
 
 PLOTS = ("speedups", "distribution", "fast_p", "statuses")
 STATUS_COLOR = {"passed": "#2e7d32", "incorrect": "#c62828", "timeout": "#f9a825", "runtime_error": "#e53935",

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from ..config import Config
 from ..records.result import EvalResult
+from ..report import clip
 from .executor import (SESSIONS_PER_SLOT, CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, Executor,
                        sessions_per_slot)
 from .plan import Item, Skipped
@@ -21,13 +22,6 @@ from .runfolder import EventLog, ResultsFile
 
 HEARTBEAT_S = 30.0  # between "inflight" events in the run's timeline
 
-
-def clip(text: str, n: int) -> str:
-    """At most about `n` characters, cut at a word, with an ellipsis where cut."""
-    if len(text) <= n:
-        return text
-    cut = text[:n].rsplit(" ", 1)[0]
-    return (cut if len(cut) > n // 2 else text[:n]) + " …"
 
 @dataclass
 class SlotState:

@@ -76,17 +76,13 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
               console=None, quiet: bool = False, show_progress: bool = True) -> BatchSummary:
     from rich.console import Console
 
-    from ..evaluation import resolve_size
-
     console = console or Console(stderr=True)
     t_start = time.perf_counter()
     _import_in_background()
     probe = GpuProbe() if cfg.device != "cpu" else None
     items, skipped = _plan(paths, problem, problem_roots, label, resume, console, probe)
-    device, slots, gpu_info = make_slots(cfg.device, gpus, probe)
-    configure_slots(cfg, device, slots, gpu_info)
-    size = resolve_size(cfg, device)
-    cfg = cfg.model_copy(update={"device": device, "size": size})
+    cfg, slots, gpu_info = resolve_devices(cfg, gpus, probe)
+    device, size = cfg.device, cfg.size
     dtype = None if cfg.dtype == "auto" else cfg.dtype
 
     run_dir = Path(out) if out else default_run_dir()
@@ -183,7 +179,17 @@ def _plan(paths: list[str], problem: Optional[str], problem_roots: Optional[list
     return items, skipped
 
 
-def configure_slots(cfg: Config, device: str, slots: list[DeviceSlot], gpu_info: list[dict]) -> None:
+def resolve_devices(cfg: Config, gpus: Optional[str], probe: Optional[GpuProbe] = None
+                    ) -> tuple[Config, list[DeviceSlot], list[dict]]:
+    """The slots (a GPU each, or the CPU) configured, and the config with its device and size
+    resolved (`auto` no more): what a batch and an Evaluator run with."""
+    from ..evaluation import resolve_size
+    device, slots, gpu_info = make_slots(cfg.device, gpus, probe)
+    _configure_slots(cfg, device, slots, gpu_info)
+    return cfg.model_copy(update={"device": device, "size": resolve_size(cfg, device)}), slots, gpu_info
+
+
+def _configure_slots(cfg: Config, device: str, slots: list[DeviceSlot], gpu_info: list[dict]) -> None:
     """Each slot's lanes, and the arch list that builds target."""
     for s in slots:
         s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
