@@ -130,6 +130,16 @@ def _role(pid: int, ppid: int, root: int) -> str:
     return "other"
 
 
+def cpu_seconds(pid: int) -> Optional[float]:
+    """User and system time of `pid` itself (all its threads), in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def mem_available_bytes() -> Optional[int]:
     try:
         with open("/proc/meminfo") as fh:
@@ -165,11 +175,22 @@ class Peaks(threading.Thread):
         self.at_peak: dict[str, float] = {}  # GB by role (parent, children, largest child) at the peak
         self.gpu: Optional[int] = None
         self.available: Optional[int] = None  # the host's lowest MemAvailable meanwhile
+        # the parent's CPU time (its threads share one interpreter lock: near one core, it is the bound)
+        self.parent_cpu_s: Optional[float] = None
+        self.parent_busiest: float = 0.0  # the most of one core it used over any 5 s
         self.done = threading.Event()
 
     def run(self) -> None:
         gpu_every, last_gpu = max(self.every, 2.0), 0.0
+        window: list[tuple[float, float]] = []
         while not self.done.is_set():
+            cpu = cpu_seconds(self.pid)
+            if cpu is not None:
+                self.parent_cpu_s = cpu
+                window = [w for w in window if time.monotonic() - w[0] <= 5.0] + [(time.monotonic(), cpu)]
+                if window[-1][0] - window[0][0] >= 4.0:
+                    self.parent_busiest = max(self.parent_busiest,
+                                              (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]))
             tree = tree_memory(self.pid)
             by_pid = {pid: b for pid, (b, _) in tree.items()}
             total = sum(by_pid.values())
@@ -208,6 +229,19 @@ def kb_key(problem_name: str) -> Optional[tuple[str, str]]:
     return (parts[-2], parts[-1] + ".py") if len(parts) >= 2 and parts[-2].startswith("level") else None
 
 
+def steady_rate(events: Path) -> Optional[float]:
+    """Records a minute between the tenth and the ninetieth percentile record (of the last call):
+    the rate once the slots are full, without the batch's start (processes, the first references)
+    and its tail (fewer evaluations in flight than the slots hold), which a short run weighs heavily."""
+    if not events.exists():
+        return None
+    evs = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    last = max((i for i, e in enumerate(evs) if e.get("event") == "start"), default=0)  # a resumed run's
+    ts = sorted(e["t"] for e in evs[last:] if e.get("event") == "evaluated" and e.get("t") is not None)
+    lo, hi = len(ts) // 10, len(ts) - 1 - len(ts) // 10
+    return round((hi - lo) / (ts[hi] - ts[lo]) * 60, 2) if hi - lo >= 4 and ts[hi] > ts[lo] else None
+
+
 def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, identity: bool) -> dict:
     recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
     statuses: dict[str, int] = {}
@@ -221,6 +255,8 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
         "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks and peaks.gpu is not None else None,
         "min_host_available_gb": round(peaks.available / 2**30, 2) if peaks and peaks.available is not None else None,
         "at_peak": peaks.at_peak if peaks else None,
+        "parent_cpu_s": round(peaks.parent_cpu_s, 1) if peaks and peaks.parent_cpu_s is not None else None,
+        "parent_busiest_5s": round(peaks.parent_busiest, 2) if peaks else None,
         "gpu": next((r["env"].get("gpu_name") for r in recs if r.get("env")), None),
     }
     if identity:
@@ -241,6 +277,7 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
                                                                  if r["status"] == "passed" and r.get("speedup"))}
                               if identity else {})}
                     for name, rs in sorted(by_slot.items())}
+    out["steady_records_per_min"] = steady_rate(run / "events.jsonl")
     batch_summary = run / "summary.json"
     if batch_summary.exists():
         bs = json.loads(batch_summary.read_text())
@@ -282,9 +319,10 @@ def _round(x: Optional[float], n: int = 4) -> Optional[float]:
 
 
 def markdown(s: dict) -> str:
-    lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute) on {s['gpu']}; "
+    lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute, {s.get('steady_records_per_min')} between the 10th and 90th percentile record) on {s['gpu']}; "
              f"statuses {s['statuses']}; peak host memory (PSS) {s['peak_host_pss_gb']} GB, lowest available "
-             f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB; at the peak {s['at_peak']}",
+             f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB; at the peak {s['at_peak']}; "
+             f"the parent's CPU {s.get('parent_cpu_s')} s (busiest 5 s: {s.get('parent_busiest_5s')} of a core)",
              ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
@@ -373,7 +411,9 @@ def main() -> int:
         return 1
     segments.append({"wall_s": round(wall, 1), "records_before": before, "records_after": _records(run), "rc": rc,
                      "peak_host_pss_gb": round(peaks.rss / 2**30, 2),
-                     "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks.gpu is not None else None})
+                     "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks.gpu is not None else None,
+                     "parent_cpu_s": round(peaks.parent_cpu_s, 1) if peaks.parent_cpu_s is not None else None,
+                     "parent_busiest_5s": round(peaks.parent_busiest, 2)})
     seg_file.write_text(json.dumps(segments, indent=2) + "\n")
     # over several calls: the records of all, in the sum of their wall times (an evaluation cut off by a
     # call's end is done again by the next, so that time counts too)

@@ -103,3 +103,18 @@ def test_the_kernelbench_bench_scores_identities_and_summarizes_them(tmp_path):
     assert rows["level1/1_TinyRelu"]["kb_eager_ms"] == 0.5 and rows["level1/1_TinyRelu"]["ref_over_kb"] > 0
     assert rows["level1/2_TinyTanh"]["kb_eager_ms"] is None
     assert "| level1/1_TinyRelu | passed |" in (out / "summary.md").read_text()
+
+
+def test_the_steady_rate_leaves_out_the_start_and_the_tail_of_the_last_call(tmp_path):
+    """bench/kernelbench.py's steady rate: records a minute between the 10th and 90th percentile
+    record of the last call (a resumed run's events hold every call's, each with its own clock)."""
+    import json
+    import kernelbench
+    ev = [{"event": "start"}, *({"event": "evaluated", "t": 500.0 + i} for i in range(5)),
+          {"event": "start"}, *({"event": "evaluated", "t": t} for t in [30.0] + [40.0 + 2 * i for i in range(18)] + [200.0])]
+    f = tmp_path / "events.jsonl"
+    f.write_text("".join(json.dumps(e) + "\n" for e in ev))
+    # 20 records: the 3rd (t=42) to the 18th (t=72), 15 intervals in 30 s
+    assert kernelbench.steady_rate(f) == 30.0
+    f.write_text("".join(json.dumps(e) + "\n" for e in ev[:5]))  # too few records for a rate
+    assert kernelbench.steady_rate(f) is None
