@@ -12,7 +12,7 @@ from harness.timing.measure import Measurement, Side
 
 
 def _measure(cand_rounds, ref_rounds, cand_t, ref_t, cand_host=None, ref_host=None):
-    quiet = lambda rs: [r if len(r) == 4 else (*r, True) for r in rs]  # noqa: E731
+    quiet = lambda rs: [r if len(r) == 5 else (*r, 0.0) if len(r) == 4 else (*r, True, 0.0) for r in rs]  # noqa: E731
     return Measurement(cand=Side(times=cand_t, host=cand_host or [t + 0.01 for t in cand_t], rounds=quiet(cand_rounds)),
                        ref=Side(times=ref_t, host=ref_host or [t + 0.01 for t in ref_t], rounds=quiet(ref_rounds)))
 
@@ -26,9 +26,12 @@ def test_clock_checks_judge_quiet_rounds_but_cannot_be_escaped_by_contention():
     cfg = load_config()
     ref_rounds = [(10 * 1.3, 10 * 1.0, 10, True)] * 10
     quiet = [(10 * 1.3, 10 * 1.0, 10, True)] * 5
-    stretched = [(10 * 2.3, 10 * 1.0, 10, False)] * 20  # 1 ms per call of waiting for a CPU
+    stretched = [(10 * 2.3, 10 * 1.0, 10, False, 10.0)] * 20  # 1 ms per call of waiting for a CPU
     host = [1.01] * 50 + [2.0] * 200
     assert clock_checks(_measure(quiet + stretched, ref_rounds, [1.0] * 250, [1.0] * 100, cand_host=host), cfg) == []
+    # the same wall with no wait for a CPU to explain it: 1 ms per call of hidden work in most rounds
+    hidden = [(10 * 2.3, 10 * 1.0, 10, True, 0.0)] * 20
+    assert "timer_mismatch" in clock_checks(_measure(quiet + hidden, ref_rounds, [1.0] * 250, [1.0] * 100, cand_host=host), cfg)
     assert "unsynced_stream" in clock_checks(_measure(stretched, ref_rounds, [1.0] * 200, [1.0] * 100,
                                                       cand_host=[2.0] * 200), cfg)
 
@@ -72,3 +75,38 @@ def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
     rounds = [(10.0, 10 * 0.5, 10)] * 6
     m = _measure([(4.0, 5.0, 10)] * 6, rounds, [0.5] * 60, [0.5] * 60)  # 5 ms reported in 4 ms of wall
     assert "impossible_timing" in clock_checks(m, cfg)
+
+
+def test_a_cheat_that_reports_some_rounds_honestly_is_judged_by_its_median_round():
+    """tests/adversarial/cpu/timer_patch_some_rounds.py: two rounds in three report a tenth of a 3 ms
+    call, the third the truth. The quietest round is an honest one; the median round, like the median
+    call the speedup comes from, is doctored. Made contended (its process waiting for a CPU) to be
+    left out of the quiet rounds, a doctored round is judged all the same: its wait is taken out of
+    its wall, and its hidden time is not a wait."""
+    cfg = load_config()
+    ref_rounds = [(10 * 0.35, 10 * 0.05, 10, True, 0.0)] * 12
+    honest = (10 * 3.3, 10 * 3.0, 10, True, 0.0)
+    doctored = (10 * 3.3, 10 * 0.3, 10, True, 0.0)
+    rounds = [honest, doctored, doctored] * 4
+    times = [3.0 if r is honest else 0.3 for r in rounds for _ in range(10)]
+    detail: dict = {}
+    assert clock_checks(_measure(rounds, ref_rounds, times, [0.05] * 120), cfg, cuda=False, detail=detail) == ["timer_mismatch"]
+    assert detail["wall_over_cand_ms"] == pytest.approx(0.3) and detail["wall_over_cand_median_ms"] == pytest.approx(3.0)
+    contended = (10 * 4.3, 10 * 0.3, 10, False, 10.0)  # and 1 ms per call waiting for a CPU
+    rounds = [honest] * 5 + [contended] * 8
+    times = [3.0 if r is honest else 0.3 for r in rounds for _ in range(10)]
+    assert clock_checks(_measure(rounds, ref_rounds, times, [0.05] * 120), cfg, cuda=True) == ["timer_mismatch"]
+    # honest throughout, some rounds contended: nothing to flag
+    rounds = [honest] * 5 + [(10 * 4.3, 10 * 3.0, 10, False, 10.0)] * 8
+    assert clock_checks(_measure(rounds, ref_rounds, [3.0] * 130, [0.05] * 120), cfg, cuda=True) == []
+
+
+def test_the_references_waits_for_a_cpu_are_not_taken_out_of_its_overhead():
+    """A reference slowed by contention inside its timed calls reports the wait as time, and its
+    wait for a CPU counts it again: taken out of its wall, its overhead would read below the
+    harness's own and an honest candidate's ordinary overhead as hidden time (seen: escaped_burner.py
+    with the freezer patched out, rejected instead of passing at its 3x)."""
+    cfg = load_config()
+    ref_rounds = [(10 * (2.0 + 0.3), 10 * 2.0, 10, True, 10 * 1.0)] * 12  # 1 ms a call waited, inside the 2 ms
+    cand_rounds = [(10 * (1.0 + 0.3), 10 * 1.0, 10, True, 0.0)] * 12
+    assert clock_checks(_measure(cand_rounds, ref_rounds, [1.0] * 120, [2.0] * 120), cfg, cuda=False) == []

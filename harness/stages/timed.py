@@ -151,6 +151,7 @@ class PairTimer:
         seen, measurements = list(cheats), 1
         if cheats:
             note["clock_check"] = first
+        again: dict = {}
         while cheats and measurements <= cfg.hardening.clock_check_confirmations:
             again: dict = {}
             m2 = self._once(c, r, pair)
@@ -170,6 +171,11 @@ class PairTimer:
                 note["remeasured_after_clock_flag"] = True
         if measurements > 1:
             note["clock_check_measurements"] = measurements
+        # how near every record came to the wall test's flag, flagged or not: the honest margin over
+        # a corpus is what the floor (hardening.wall_rel) can be set from
+        stands = again if measurements > 1 else first
+        if "wall_unexplained_ms" in stands:
+            note["wall_check"] = {k: stands[k] for k in ("wall_unexplained_ms", "wall_floor_ms", "cand_median_ms")}
         if cheats:
             self.ctx.res.timing_method.update(check_notes({pair: note}))
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
@@ -353,11 +359,16 @@ def process_medians(measured: list, side: str, n: int, spans: bool) -> list[floa
 
 def check_notes(notes: dict[int, dict]) -> dict:
     """What the clock checks compared, for a record, where they flagged: the first process pair's
-    under its own keys, further pairs' by pair."""
+    under its own keys, further pairs' by pair; and every pair's wall test (`wall_check`), flagged
+    or not."""
+    notes = {i: dict(n) for i, n in notes.items()}
+    walls = {str(i): n.pop("wall_check") for i, n in sorted(notes.items()) if "wall_check" in n}
     out = dict(notes.get(0, {}))
     more = {str(i): n for i, n in notes.items() if i and n}
     if more:
         out["clock_check_pairs"] = more
+    if walls:
+        out["wall_check"] = walls
     return out
 
 

@@ -25,16 +25,29 @@ def _calls_by_round(side: Side) -> list:
     return out
 
 
+def _over(rounds: list, less_waits: bool) -> list[float]:
+    """Per round, per call: the parent's wall time for the round less what the side reported: the
+    harness's own overhead, plus whatever the report left out. `less_waits`: less also the time the
+    side's timing thread waited for a CPU (it ran nothing then). Part of that wait may fall inside
+    the reported interval and so be taken out twice, which only ever lowers the result: right for
+    the candidate (a cheat gains nothing by being contended: what it hides is still the difference
+    between what it ran and what it reported), wrong for the reference, which calibrates."""
+    return [(r[0] - (r[4] if less_waits and len(r) > 4 else 0.0) - r[1]) / r[2] for r, _ in rounds]
+
+
 def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] = None) -> list[str]:
     """Reported device times against host clocks. Reference and candidate pay the same harness
     overhead per call (input generation, flush, fingerprint), so the reference calibrates it.
 
     Contention on a busy host (compilers running beside the evaluation) only ever adds time, and
-    adds it at random; a cheat's hidden time is there in every call. So both tests compare low
-    quantiles (the quietest calls and rounds), which contention rarely reaches and a cheat always
-    does; a flag is then confirmed by further measurements before it becomes a verdict
-    (hardening.clock_check_confirmations, evaluation.py). `detail`, when
-    given, receives the numbers each test compared (ms per call), for the record of a flagged run."""
+    adds it at random; a cheat's hidden time is there in every call it doctors. The per-call gap
+    test compares low quantiles (the quietest calls), which contention rarely reaches. The per-round
+    wall test takes the candidate's waits for a CPU out of its rounds' walls and compares both the
+    quietest round and the median round with the reference's: a cheat that reports some rounds honestly is judged by those in the
+    quietest, while the speedup comes from the median call, so it must doctor most rounds, and the
+    median round then holds its hidden time. A flag is then confirmed by further measurements before
+    it becomes a verdict (hardening.clock_check_confirmations, evaluation.py). `detail`, when given,
+    receives the numbers each test compared (ms per call)."""
     flags = []
     if len(m.cand.times) < 2 or len(m.ref.times) < 2:
         return flags
@@ -42,9 +55,10 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     med_c = statistics.median(m.cand.times)
     # quiet rounds (no wait for a CPU on that side) where there are enough of both; else all rounds,
     # so a solution cannot escape the checks by keeping its own process contended
-    c_rounds, r_rounds = _calls_by_round(m.cand), _calls_by_round(m.ref)
-    if sum(q for *_, q in m.cand.rounds) >= 5 and sum(q for *_, q in m.ref.rounds) >= 5:
-        c_rounds, r_rounds = [r for r in c_rounds if r[0][3]], [r for r in r_rounds if r[0][3]]
+    c_all, r_all = _calls_by_round(m.cand), _calls_by_round(m.ref)
+    c_rounds, r_rounds = c_all, r_all
+    if sum(r[3] for r in m.cand.rounds) >= 5 and sum(r[3] for r in m.ref.rounds) >= 5:
+        c_rounds, r_rounds = [r for r in c_all if r[0][3]], [r for r in r_all if r[0][3]]
     cand_pairs = [p for _, pairs in c_rounds for p in pairs]
     ref_pairs = [p for _, pairs in r_rounds for p in pairs]
     # per call: host time to device-idle minus device time; side-stream work and work finished by
@@ -56,14 +70,16 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
         flags.append("unsynced_stream")
     if detail is not None:
         detail.update(gap_cand_ms=round(gap_c, 4), gap_ref_ms=round(gap_r, 4), gap_floor_ms=round(gap_floor, 4))
-    # per round: the parent's own wall clock, which the candidate cannot reach
-    over_c = [(w - t) / n for (w, t, n, _), _ in c_rounds]
-    over_r = [(w - t) / n for (w, t, n, _), _ in r_rounds]
-    if any(t > w for w, t, *_ in m.cand.rounds):
+    # per round: the parent's own wall clock, which the candidate cannot reach. Every round of the
+    # candidate's, not only the quiet ones (a filter would let a solution pick which rounds are
+    # judged by making those contended), with its waits for a CPU taken out; the reference's quiet
+    # rounds where there are enough, as they are
+    over_c, over_r = _over(c_all, True), _over(r_rounds, False)
+    if any(r[1] > r[0] for r in m.cand.rounds):
         flags.append("impossible_timing")
-    elif len(over_c) >= 5:
-        low_c, low_r = min(over_c), min(over_r)
-        unexplained = low_c - low_r
+    elif len(over_c) >= 5 and len(over_r) >= 2:
+        low_r = min(over_r)
+        unexplained = max(min(over_c) - low_r, statistics.median(over_c) - statistics.median(over_r))
         # below a quarter of the harness's own per-call overhead, hidden time is not measurable
         # on the CPU the per-call overhead is host work in two different processes, and on a loaded
         # host it differs between them by tenths of a millisecond (seen on 2-core CI machines)
@@ -71,6 +87,10 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
         if unexplained > floor:
             flags.append("timer_mismatch")
         if detail is not None:
-            detail.update(wall_over_cand_ms=round(low_c, 4), wall_over_ref_ms=round(low_r, 4),
-                          wall_floor_ms=round(floor, 4), rounds_compared=[len(c_rounds), len(r_rounds)])
+            detail.update(wall_over_cand_ms=round(min(over_c), 4), wall_over_ref_ms=round(low_r, 4),
+                          wall_over_cand_median_ms=round(statistics.median(over_c), 4),
+                          wall_over_ref_median_ms=round(statistics.median(over_r), 4),
+                          wall_unexplained_ms=round(unexplained, 4), wall_floor_ms=round(floor, 4),
+                          cand_median_ms=round(med_c, 4),
+                          rounds_compared=[len(over_c), len(over_r)])
     return flags

@@ -38,17 +38,18 @@ class Side:
     leaked: int = 0  # calls whose interval opened before their forward was enqueued
     span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
     launches: list[int] = field(default_factory=list)  # the latest round's launches per call (CUPTI), if counted
-    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU)
-    rounds: list[tuple[float, float, int, bool]] = field(default_factory=list)
+    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU, ms its timing
+    # thread waited for a CPU, as the parent read it: 0.0 where unread)
+    rounds: list[tuple[float, float, int, bool, float]] = field(default_factory=list)
 
-    def keep(self, reply, wall_s: float, quiet: bool) -> None:
+    def keep(self, reply, wall_s: float, quiet: bool, waited_ms: float = 0.0) -> None:
         self.times.extend(reply.times_ms)
         self.host.extend(reply.host_ms)
         self.enqueue.extend(reply.enqueue_ms)
         self.launch.extend(reply.launch_ms)
         self.leaked += reply.launch_leaked
         self.span.extend(reply_spans(reply))
-        self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet))
+        self.rounds.append((wall_s * 1e3, sum(reply.times_ms), len(reply.times_ms), quiet, waited_ms))
 
     def median(self, what: str) -> Optional[float]:
         xs = getattr(self, what)
@@ -113,6 +114,10 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
 def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
     """Whether a side waited for a CPU for over `frac` of its request's wall (run-queue waits in ns)."""
     return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
+
+
+def _waited_ms(w0: Optional[int], w1: Optional[int]) -> float:
+    return (w1 - w0) / 1e6 if w0 is not None and w1 is not None and w1 >= w0 else 0.0
 
 
 def _note_cpu(m: Measurement, side: str, worker, cuda: bool) -> None:
@@ -257,8 +262,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     budget_s = t.budget_s if budget_s is None else budget_s
     mon = GpuMonitor(gpu) if cuda else None
     snap = mon.snapshot if mon is not None else (lambda: None)
-    # on the CPU path contention is the noise itself, and the clock checks' floor is set for it
-    rq = runqueue_wait_ns if cuda else (lambda w: None)
+    # each round's wait for a CPU, read on both paths: the host-clock check takes it out of the
+    # round's wall (timing.clocks). Only a GPU's rounds are marked contended by it (quiet: the
+    # per-call gap test's filter); on the CPU path contention is the noise itself
+    rq = runqueue_wait_ns
     steal0 = {} if cuda else steal_jiffies()
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
@@ -343,13 +350,13 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         # solution pick its own rounds by making them contended) but is marked, and the host-clock
         # checks look at quiet rounds where there are enough: contention on one side looks like
         # hidden time on that side.
-        quiet_c = not _contended(q0, q1, c_wall, t.max_runqueue_frac)
-        quiet_r = not _contended(p0, p1, r_wall, t.max_runqueue_frac)
+        quiet_c = not (cuda and _contended(q0, q1, c_wall, t.max_runqueue_frac))
+        quiet_r = not (cuda and _contended(p0, p1, r_wall, t.max_runqueue_frac))
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
-            m.cand.keep(c_reply, c_wall, quiet_c)
+            m.cand.keep(c_reply, c_wall, quiet_c, _waited_ms(q0, q1))
         if not st_r["slow"]:
-            m.ref.keep(r_reply, r_wall, quiet_r)
+            m.ref.keep(r_reply, r_wall, quiet_r, _waited_ms(p0, p1))
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
