@@ -20,11 +20,11 @@ from harness.solutions import load_solution
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("solutions", nargs="+")
-    ap.add_argument("--cache-dir", default=".cache/harness")
+    ap.add_argument("--cache-dir", default=None, help="default: the harness's (config.default_cache_dir)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     args = ap.parse_args()
     device = resolve_device(load_config())
-    cache = Path(args.cache_dir).resolve()
+    cache = Path(args.cache_dir or load_config().cache_dir).resolve()
 
     def build(path: str):
         sol = load_solution(path)

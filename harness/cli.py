@@ -87,7 +87,7 @@ def main() -> None:
     """Evaluate machine-written GPU kernels against KernelBench-format problems."""
 
 
-@main.command("eval")
+@main.command("eval", short_help="Score one solution against its problem.")
 @click.argument("solution", type=click.Path(exists=True, dir_okay=False))
 @click.option("--problem", "-p", required=True, help="Problem name under problems/ (or --problems), KernelBench id, or path.")
 @click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True), help="Folder(s) to find problems in.")
@@ -127,7 +127,7 @@ def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, confi
     sys.exit(EXIT_PASSED if result.status.value == "passed" else EXIT_VERDICT)
 
 
-@main.group("problems")
+@main.group("problems", short_help="List and lint problems.")
 def problems_group() -> None:
     """List and lint problems."""
 
@@ -140,7 +140,7 @@ def _problem_set(names, problems_dir):
     return discover(roots)
 
 
-@problems_group.command("list")
+@problems_group.command("list", short_help="List problems with sizes and FLOPs.")
 @click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True))
 @click.option("--level", type=int, default=None)
 @click.option("--filter", "text", default=None, help="Substring of the name.")
@@ -184,7 +184,7 @@ def problems_list(problems_dir, level, text, as_json):
     out.print(t)
 
 
-@problems_group.command("check")
+@problems_group.command("check", short_help="Lint problems for degenerate outputs.")
 @click.argument("names", nargs=-1)
 @click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True))
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default=None)
@@ -225,7 +225,7 @@ def problems_check(names, problems_dir, device, size, config_path, jobs, as_json
     sys.exit(1 if flagged else 0)
 
 
-@main.command("batch")
+@main.command("batch", short_help="Score a folder of solutions into a run folder.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--problem", "-p", default=None, help="Evaluate every solution on this problem.")
 @click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True),
@@ -287,7 +287,7 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
     sys.exit(code)
 
 
-@main.command("compare")
+@main.command("compare", short_help="Compare two runs' speedups per problem.")
 @click.argument("run_a", type=click.Path(exists=True))
 @click.argument("run_b", type=click.Path(exists=True))
 @click.option("--label-a", default=None, help="Only this label's records of RUN_A.")
@@ -324,7 +324,7 @@ def compare_cmd(run_a, run_b, label_a, label_b, csv_path, md_path, as_json, sign
                                               f"A: {run_a}{f' ({label_a})' if label_a else ''}")
 
 
-@main.command("leaderboard")
+@main.command("leaderboard", short_help="Merge runs into one leaderboard.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--csv", "csv_path", default=None, help="Write the (label, problem) rows here, and the per-label "
               "summary beside it as <stem>_summary.csv.")
@@ -360,7 +360,7 @@ def leaderboard_cmd(runs, csv_path, md_path, as_json, signed_only):
     render_summary(summary, out, title="per label")
 
 
-@main.command("report")
+@main.command("report", short_help="Write report.md and report.html for runs.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", "out_dir", default=None,
               help="Folder for report.md and report.html (default: the run's own folder; needed for several runs).")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tomllib
 import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # a key's old dotted path -> its new one (a leaf or a whole table). A config written with the old
 # name loads as with the new one, with a RenamedKeyWarning; the record shows only the new name.
@@ -146,13 +147,18 @@ class Config(_Section):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     size: Literal["auto", "full", "small"] = "auto"
     dtype: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
-    cache_dir: str = ".cache/harness"
+    cache_dir: str = Field("", validate_default=True)  # "": default_cache_dir()
     timeouts: Timeouts = Field(default_factory=Timeouts)
     correctness: Correctness = Field(default_factory=Correctness)
     timing: Timing = Field(default_factory=Timing)
     hardening: Hardening = Field(default_factory=Hardening)
     batch: Batch = Field(default_factory=Batch)
     memory: Memory = Field(default_factory=Memory)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v: str) -> str:
+        return v or default_cache_dir()
 
     def digest(self) -> str:
         """Hash of everything that changes a verdict or a number (not paths, nor how a batch is run,
@@ -161,6 +167,19 @@ class Config(_Section):
         d = self.model_dump(exclude={"cache_dir": True, "timeouts": True, "batch": True, "memory": True,
                                      "correctness": {"judge"}, "hardening": {"sandbox", "jail_memory_gb"}})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> str:
+    """Where builds, baselines and memory needs are kept when the config names no `cache_dir`: one
+    place per user, not the current folder. $HARNESS_CACHE_DIR where set; as root /var/cache/harness,
+    which the sandbox's uids can reach (a jailed build writes its extension there, and a root's home
+    is closed to other users); else $XDG_CACHE_HOME/harness, ~/.cache/harness by default."""
+    if os.environ.get("HARNESS_CACHE_DIR"):
+        return os.environ["HARNESS_CACHE_DIR"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return "/var/cache/harness"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "harness")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

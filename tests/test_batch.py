@@ -216,6 +216,7 @@ def test_a_second_batch_on_a_run_folder_in_use_is_refused(tmp_path):
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert len(records(run)) == 1
+    assert not list(run.glob(".lock*"))  # the folder itself is locked: nothing left behind
 
 
 def test_matching_rules_and_labels(tmp_path):

@@ -32,6 +32,7 @@ def test_the_shipped_defaults_document_the_model_exactly_once():
     """Every key of configs/default.toml and configs/advanced.toml exists in the model with the
     model's default, and together they name every key of the model, each in one file only."""
     model = _leaves(Config().model_dump())
+    model["cache_dir"] = Config.model_fields["cache_dir"].default  # "", made the user's own when a config is built
     seen: dict[str, str] = {}
     for name in DOCUMENTED:
         for key, value in _leaves(tomllib.loads((ROOT / "configs" / name).read_text())).items():
@@ -136,3 +137,20 @@ def test_a_renamed_key_is_shown_to_the_user(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "write", p.stderr
     assert "RenamedKeyWarning" in p.stderr and "'timing.flush' is now 'timing.flush_method'" in p.stderr
+
+
+def test_the_cache_is_the_users_not_the_current_folders(monkeypatch, tmp_path):
+    """No cache_dir in the config: $HARNESS_CACHE_DIR, else /var/cache/harness as root (reachable by
+    the sandbox's uids, where a root's home is not), else $XDG_CACHE_HOME/harness. Never a folder
+    under wherever the command was started."""
+    from harness import config
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HARNESS_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(config.os, "geteuid", lambda: 1000)
+    assert load_config().cache_dir == str(tmp_path / "xdg" / "harness")
+    monkeypatch.setattr(config.os, "geteuid", lambda: 0)
+    assert load_config().cache_dir == "/var/cache/harness"
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "mine"))
+    assert load_config().cache_dir == str(tmp_path / "mine")
+    assert load_config(None, {"cache_dir": "elsewhere"}).cache_dir == "elsewhere"  # the config's own wins

@@ -16,23 +16,25 @@ from .plan import BatchError
 
 
 class RunLock:
-    """An exclusive lock on RUN/.lock for as long as a batch writes to RUN: a second `harness batch`
-    on the same folder (a --resume started twice, say) is refused at once instead of recording the
-    same items again beside the first. The kernel drops it if the process dies."""
+    """An exclusive lock on the run folder itself for as long as a batch writes to it: a second
+    `harness batch` on the same folder (a --resume started twice, say) is refused at once instead of
+    recording the same items again beside the first. The kernel drops it if the process dies. The
+    folder's own descriptor, not a lock file: a file would stay behind after the run, and removing
+    it on release would let a waiter lock a name another process had just made anew."""
 
     def __init__(self, run_dir: Path):
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.fh = open(run_dir / ".lock", "a")
+        self.fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self.fh.close()
+            os.close(self.fd)
             raise BatchError(f"another harness batch is writing to {run_dir}; wait for it to end, or use "
                              "another --out") from None
 
     def release(self) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 def default_run_dir(base: Path = Path("results")) -> Path:
