@@ -370,3 +370,23 @@ def test_a_jail_that_does_not_freeze_in_time_is_not_timed_beside_the_reference(o
     monkeypatch.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: False if frozen else True)
     r = _evaluate(honest, prob, open_dir / "cache", "on")
     assert r.status.value == "rejected" and "unfreezable" in r.flags, (r.status, r.error)
+
+
+@pytest.mark.skipif(__import__("harness.cgroups", fromlist=["cpu_ns"]).available() is not None,
+                    reason="no control groups here: no wait is taken out of a round")
+def test_a_wait_for_a_cpu_while_a_helper_thread_works_is_not_taken_out_of_the_wall(open_dir, monkeypatch):
+    """waiting_timer_thread.py divides its reported times by 5 and runs its forward on a helper
+    thread pinned to the timing thread's CPU, so that the timing thread waits in the run queue for
+    the whole call. Taken out of the round's wall as a wait, that hid the 5x (passed); taken out only
+    where nothing else of the jail ran (measure._waited_alone_ms), the hidden time shows: rejected."""
+    from harness.timing import measure
+    prob = open_dir / "problem" / "linear_relu.py"
+    prob.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
+    raw = lambda a, b: measure._waited_ms(a[0] and a[0][1], b[0] and b[0][1])  # noqa: E731 - the whole wait
+    with monkeypatch.context() as m:
+        m.setattr(measure, "_waited_alone_ms", raw)
+        r = _evaluate(ATTACKS / "waiting_timer_thread.py", prob, open_dir / "cache", "on", size="full")
+    assert r.status.value == "passed" and r.speedup > 2.0, (r.status, r.speedup, r.error)  # the attack works
+    r = _evaluate(ATTACKS / "waiting_timer_thread.py", prob, open_dir / "cache", "on", size="full")
+    assert r.status.value == "rejected" and "timer_mismatch" in r.flags, (r.status, r.speedup, r.flags)

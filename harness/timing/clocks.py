@@ -28,10 +28,11 @@ def _calls_by_round(side: Side) -> list:
 def _over(rounds: list, less_waits: bool) -> list[float]:
     """Per round, per call: the parent's wall time for the round less what the side reported: the
     harness's own overhead, plus whatever the report left out. `less_waits`: less also the time the
-    side's timing thread waited for a CPU (it ran nothing then). Part of that wait may fall inside
-    the reported interval and so be taken out twice, which only ever lowers the result: right for
-    the candidate (a cheat gains nothing by being contended: what it hides is still the difference
-    between what it ran and what it reported), wrong for the reference, which calibrates."""
+    side's timing thread waited for a CPU while nothing else of its jail ran (measure._waited_alone_ms:
+    contention, not work). Part of that wait may fall inside the reported interval and so be taken
+    out twice, which only ever lowers the result: right for the candidate (a cheat gains nothing by
+    being contended: what it hides is still the difference between what it ran and what it
+    reported), wrong for the reference, which calibrates."""
     return [(r[0] - (r[4] if less_waits and len(r) > 4 else 0.0) - r[1]) / r[2] for r, _ in rounds]
 
 

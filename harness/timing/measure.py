@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .fingerprint import fingerprints_match
-from .monitor import POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, round_state, runqueue_wait_ns, steal_jiffies
+from ..cgroups import cpu_ns
+from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
+                      steal_jiffies)
 from .stats import summarize
 
 
@@ -39,7 +41,8 @@ class Side:
     span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
     launches: list[int] = field(default_factory=list)  # the latest round's launches per call (CUPTI), if counted
     # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU, ms its timing
-    # thread waited for a CPU, as the parent read it: 0.0 where unread)
+    # thread waited for a CPU as the parent read it: the candidate's only while nothing else of its
+    # jail ran, 0.0 where unread)
     rounds: list[tuple[float, float, int, bool, float]] = field(default_factory=list)
 
     def keep(self, reply, wall_s: float, quiet: bool, waited_ms: float = 0.0) -> None:
@@ -118,6 +121,25 @@ def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float)
 
 def _waited_ms(w0: Optional[int], w1: Optional[int]) -> float:
     return (w1 - w0) / 1e6 if w0 is not None and w1 is not None and w1 >= w0 else 0.0
+
+
+def _jail_state(worker) -> tuple:
+    return main_thread_ns(worker), cpu_ns(getattr(worker, "groups", None) or [])
+
+
+def _waited_alone_ms(before: tuple, after: tuple) -> float:
+    """How long the candidate's timing thread waited for a CPU in a round while nothing else of its
+    jail ran: its wait, less the CPU time the rest of the jail (its other threads, its processes)
+    used meanwhile. A thread that waits while a helper of the solution's runs has hidden work, not
+    contention: a helper's attack ran the forward on a thread pinned to the timing thread's CPU and
+    had the whole call taken out of the wall, 5x and 20x faked. 0.0 where the jail's CPU time is not
+    kept (no jail, no cpuacct): then no wait is taken out."""
+    (t0, g0), (t1, g1) = before, after
+    if t0 is None or t1 is None or g0 is None or g1 is None:
+        return 0.0
+    ran, waited = t1[0] - t0[0], t1[1] - t0[1]
+    others = max(0, (g1 - g0) - ran)
+    return max(0, waited - others) / 1e6
 
 
 def _note_cpu(m: Measurement, side: str, worker, cuda: bool) -> None:
@@ -291,8 +313,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         seeds = [rng.getrandbits(62) for _ in range(round_calls)]
         cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
                       hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
-        s0, q0 = snap(), rq(cand)
+        s0, q0, j0 = snap(), rq(cand), _jail_state(cand)
         c_reply, c_wall = cand.request(cmd, timeout)
+        j1 = _jail_state(cand)
         _note_cpu(m, "candidate", cand, cuda)
         s1, q1 = snap(), rq(cand)
         if _candidate_failed(m, c_reply, warm):
@@ -354,7 +377,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         quiet_r = not (cuda and _contended(p0, p1, r_wall, t.max_runqueue_frac))
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
-            m.cand.keep(c_reply, c_wall, quiet_c, _waited_ms(q0, q1))
+            m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
         if not st_r["slow"]:
             m.ref.keep(r_reply, r_wall, quiet_r, _waited_ms(p0, p1))
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted

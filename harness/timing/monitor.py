@@ -81,6 +81,20 @@ def runqueue_wait_ns(worker) -> Optional[int]:
         return None
 
 
+def main_thread_ns(worker) -> Optional[tuple[int, int]]:
+    """(ns on a CPU, ns runnable but waiting for one) of the worker's main thread, from its
+    schedstat, read by the parent."""
+    proc = getattr(worker, "proc", None)
+    if proc is None:
+        return None
+    try:
+        with open(f"/proc/{proc.pid}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran), int(waited)
+    except (OSError, ValueError):
+        return None
+
+
 def last_cpu(worker) -> Optional[int]:
     """The CPU the worker's main thread last ran on (/proc/PID/stat, field 39), read by the parent."""
     proc = getattr(worker, "proc", None)
