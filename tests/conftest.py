@@ -159,3 +159,22 @@ def fake_measurement(cand: list[float], ref: list[float], **kw):
         s.rounds = [(sum(xs) + 1.0, sum(xs), len(xs), True)]
         return s
     return Measurement(cand=side(cand), ref=side(ref), spans=True, rounds=1, seconds=0.5, **kw)
+
+
+# The fast subset (`pytest -m "not slow"`): everything that starts no evaluation, build or batch.
+# These files start them in (nearly) every test; SLOW_TESTS are the rest that take a second or more
+# (measured with --durations on a 2-core machine).
+SLOW_FILES = {"test_verdicts.py", "test_sandbox.py", "test_memory.py", "test_build.py", "test_standby.py",
+              "test_batch.py", "test_baselines.py", "test_cli.py", "test_evaluator.py", "test_processes.py",
+              "test_forkserver.py", "test_executor.py", "test_worker.py", "test_runreport.py", "test_imports.py",
+              "test_gpu.py"}
+SLOW_TESTS = ("test_problem_passes_linter_at_cpu_size", "test_problems_check_cli_exit_codes", "test_table_matches_problems",
+              "test_problems_list_json", "test_a_busy_looping_forward_is_timed_out",
+              "test_real_evaluations_share_a_slot", "test_the_kernelbench_bench_scores",
+              "test_the_gpu_probe_is_not_waited_for")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES or item.name.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
