@@ -52,6 +52,7 @@ class Evaluator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._count = itertools.count()
         self._inflight = {s.name: 0 for s in slots}
+        self.lost: dict[str, str] = {}  # slot -> why its GPU was taken for lost (batch/health.py)
         self._lock = threading.Lock()
         self._problems: dict[str, Problem] = {}
         self._closed = False
@@ -99,15 +100,17 @@ class Evaluator:
             if co.record is not None:  # judged without a device (no code, a failed build, ...)
                 result.set_result(co.record)
                 return
-            slot = self._pick_slot()
-            ev = self.executor.submit_eval(EvalTask(index=task.index, solution=task.solution, problem=task.problem,
-                                                    label=task.label, cfg=self.cfg, compiled=co.compiled,
-                                                    compile_s=co.wall_s), slot)
-            ev.add_done_callback(lambda f: self._after_eval(f, slot, result))
+            self._run(EvalTask(index=task.index, solution=task.solution, problem=task.problem, label=task.label,
+                               cfg=self.cfg, compiled=co.compiled, compile_s=co.wall_s), result, moved=False)
         except BaseException as e:  # noqa: BLE001 - into the caller's future
             result.set_exception(e if isinstance(e, EvaluationFailed) else EvaluationFailed(f"{type(e).__name__}: {e}"))
 
-    def _after_eval(self, ev: Future, slot, result: Future) -> None:
+    def _run(self, task, result: Future, moved: bool) -> None:
+        slot = self._pick_slot()
+        ev = self.executor.submit_eval(task, slot)
+        ev.add_done_callback(lambda f: self._after_eval(f, slot, task, result, moved))
+
+    def _after_eval(self, ev: Future, slot, task, result: Future, moved: bool) -> None:
         with self._lock:
             self._inflight[slot.name] -= 1
         try:
@@ -115,15 +118,32 @@ class Evaluator:
         except BaseException as e:  # noqa: BLE001
             result.set_exception(EvaluationFailed(f"{type(e).__name__}: {e}"))
             return
+        if eo.device_lost is not None:
+            with self._lock:
+                newly = slot.name not in self.lost
+                self.lost.setdefault(slot.name, eo.device_lost)
+            if newly:
+                self.executor.lose(slot)
+        if slot.name in self.lost and not moved and (eo.record is None or eo.record.status.value != "passed"):
+            # as in a batch: its failure may be the GPU's, so it runs again on another slot, once
+            # (a solution that itself breaks GPUs must not take them all)
+            try:
+                self._run(task, result, moved=True)
+            except BaseException as e:  # noqa: BLE001
+                result.set_exception(e if isinstance(e, EvaluationFailed) else EvaluationFailed(str(e)))
+            return
         if eo.record is not None:
             result.set_result(eo.record)
         else:
             result.set_exception(EvaluationFailed(eo.error or "no record"))
 
     def _pick_slot(self):
-        """The slot with the fewest evaluations in flight (its own pool queues the rest)."""
+        """The live slot with the fewest evaluations in flight (its own pool queues the rest)."""
         with self._lock:
-            slot = min(self.executor.slots, key=lambda s: self._inflight[s.name])
+            live = [s for s in self.executor.slots if s.name not in self.lost]
+            if not live:
+                raise EvaluationFailed("no device left: " + "; ".join(f"{k}: {v}" for k, v in self.lost.items()))
+            slot = min(live, key=lambda s: self._inflight[s.name])
             self._inflight[slot.name] += 1
             return slot
 

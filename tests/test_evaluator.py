@@ -37,3 +37,36 @@ def test_an_evaluator_keeps_each_problems_reference_and_gives_batch_verdicts(tmp
     assert (first.status.value, first.label) == ("passed", "m") and first.speedup
     assert [r.status.value for r in more] == ["incorrect", "no_code"]
     assert sorted(p.suffix for p in tmp_path.glob("generation_*")) == [".md", ".py"]
+
+
+def test_an_evaluator_moves_work_off_a_lost_gpu(tmp_path):
+    """As a batch does (pipeline.py): an evaluation that failed on a slot whose GPU no longer answers
+    runs again on another slot, once, and that slot gets no more work; with every slot lost, a call
+    fails with the reason."""
+    from test_batch import FakeExecutor
+
+    from harness import Evaluator
+    from harness.evaluator import EvaluationFailed
+    code = (ROOT / "tests/fixtures/cpu/honest_linear_torch.py").read_text()
+    with Evaluator(device="cpu", problems=[ROOT / "tests/problems"], workdir=tmp_path) as ev:
+        real = ev.executor
+        try:
+            ev.executor = FakeExecutor(["g0", "g1"], lose=["g1"], after=0)
+            ev._inflight = {"g0": 1, "g1": 0}  # the first evaluation goes to g1, whose GPU is gone
+            first = ev.evaluate(code, "linear_relu")
+            assert (first.status.value, first.slot) == ("passed", "g0")
+            assert ev.executor.lost == ["g1"] and set(ev.lost) == {"g1"}
+            assert [s for s, _ in ev.executor.evals] == ["g1", "g0"]
+            assert ev.evaluate(code, "linear_relu").slot == "g0"  # g1 gets no more work
+            ev.executor, ev.lost = FakeExecutor(["g0", "g1"], lose=["g0", "g1"], after=0), {}
+            ev._inflight = {"g0": 0, "g1": 0}
+            # moved once, and failing there too: its own verdict, as a batch records it
+            assert ev.evaluate(code, "linear_relu").status.value == "runtime_error"
+            assert set(ev.lost) == {"g0", "g1"}
+            try:
+                ev.evaluate(code, "linear_relu")
+                raise AssertionError("with no device left a call must fail")
+            except EvaluationFailed as e:
+                assert "no device left" in str(e)
+        finally:
+            ev.executor = real
