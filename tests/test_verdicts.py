@@ -36,6 +36,7 @@ def test_every_status_is_pinned():
     ([["timer_mismatch"], ["timer_mismatch"], []], 1, "rejected", 2),  # fewer confirmations allowed
     ([["timer_mismatch"]] * 3, 2, "rejected", 3),                       # flagged every time: a cheat
     ([["unsynced_stream"], ["timer_mismatch"], ["timer_mismatch"]], 2, "rejected", 3),  # no clean one
+    ([["impossible_timing"], []], 2, "rejected", 1),  # no honest report outlasts the wall: no second chance
 ])
 def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(monkeypatch, flags_seen, confirmations,
                                                                               status, measurements):
@@ -58,7 +59,7 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
     r = evaluation.evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py", cfg)
     assert r.status.value == status, (r.error, r.flags)
     assert len(calls) == measurements and all(n >= 2 for n in calls)
-    assert r.timing_method.get("clock_check_measurements") == measurements
+    assert r.timing_method.get("clock_check_measurements", 1) == measurements
     if status == "passed":
         assert r.timing_method["remeasured_after_clock_flag"] and r.speedup
         # the CPU path records where each side ran and the hypervisor's steal over the measurement
@@ -66,4 +67,36 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
         assert isinstance(r.timing_method["host_steal_ms"], dict)
     else:
         seen = sorted({f for fl in flags_seen[:measurements] for f in fl})
-        assert sorted(f for f in r.flags if f in ("timer_mismatch", "unsynced_stream")) == seen
+        assert sorted(f for f in r.flags if f in ("timer_mismatch", "unsynced_stream", "impossible_timing")) == seen
+
+
+def test_the_seeds_a_candidate_sees_say_nothing_of_the_next():
+    """Every seed the parent draws for the processes (trial inputs, timed calls' inputs, re-checks)
+    comes from the OS's generator. A Mersenne Twister seeded once, as before, is recovered from its
+    outputs: a helper rebuilt its 128-bit key from 118 seeds and computed each later round's outputs
+    between rounds, out of every clock (2.5-2.8x passed, 6 of 6). Shown here: from 624 of a seeded
+    Random's 32-bit outputs, its next one follows."""
+    import random
+
+    from harness.reference import ReferenceSession
+
+    def untemper(y):  # MT19937's output transform, undone
+        y ^= y >> 18
+        y ^= (y << 15) & 0xEFC60000
+        t = y
+        for _ in range(5):
+            t = y ^ ((t << 7) & 0x9D2C5680)
+        y, t = t & 0xFFFFFFFF, t & 0xFFFFFFFF
+        for _ in range(2):
+            t = y ^ (t >> 11)
+        return t
+
+    def predicts(rng) -> bool:
+        seen = [rng.getrandbits(32) for _ in range(624)]
+        clone = random.Random()
+        clone.setstate((3, tuple(untemper(y) for y in seen) + (624,), None))
+        return clone.getrandbits(32) == rng.getrandbits(32)
+
+    assert predicts(random.Random(12345))  # what the harness used
+    session = ReferenceSession.__dataclass_fields__["rng"].default_factory()
+    assert not predicts(session)

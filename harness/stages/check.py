@@ -12,7 +12,6 @@ cannot inherit; the candidate's own memory is poisoned at its start (process/run
 from __future__ import annotations
 
 import random
-import secrets
 from dataclasses import dataclass
 from typing import Optional
 
@@ -197,7 +196,7 @@ def recheck_excessive(ctx: Context, cand: CandidateProcesses, ref: ReferenceSess
     reported, and flagged either way."""
     res = ctx.res
     res.flags.append("excessive_speedup")
-    rng = random.Random(secrets.randbits(64))
+    rng = random.SystemRandom()  # unpredictable from the seeds seen before (ReferenceSession.rng)
     seeds = [rng.getrandbits(62) for _ in ref.plan.seeds]
     what = "re-check of an excessive speedup"
     for i in range(len(seeds)):

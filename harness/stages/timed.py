@@ -152,7 +152,9 @@ class PairTimer:
         if cheats:
             note["clock_check"] = first
         again: dict = {}
-        while cheats and measurements <= cfg.hardening.clock_check_confirmations:
+        # a report longer than the parent's own wall around it is no noise: never measured again (a
+        # helper's attack tripped it on purpose, to be given a second measurement to cheat in)
+        while cheats and "impossible_timing" not in cheats and measurements <= cfg.hardening.clock_check_confirmations:
             again: dict = {}
             m2 = self._once(c, r, pair)
             measurements += 1
