@@ -155,7 +155,7 @@ class PairTimer:
         # a report longer than the parent's own wall around it is no noise: never measured again (a
         # helper's attack tripped it on purpose, to be given a second measurement to cheat in)
         while cheats and "impossible_timing" not in cheats and measurements <= cfg.hardening.clock_check_confirmations:
-            again: dict = {}
+            again = {}
             m2 = self._once(c, r, pair)
             measurements += 1
             if m2.error:

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .fingerprint import fingerprints_match
 from ..cgroups import cpu_ns
+from .fingerprint import fingerprints_match
 from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
                       steal_jiffies)
 from .stats import summarize
@@ -284,10 +284,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     budget_s = t.budget_s if budget_s is None else budget_s
     mon = GpuMonitor(gpu) if cuda else None
     snap = mon.snapshot if mon is not None else (lambda: None)
-    # each round's wait for a CPU, read on both paths: the host-clock check takes it out of the
-    # round's wall (timing.clocks). Only a GPU's rounds are marked contended by it (quiet: the
-    # per-call gap test's filter); on the CPU path contention is the noise itself
-    rq = runqueue_wait_ns
+    # a GPU's rounds are marked contended by their wait for a CPU (quiet: the per-call gap test's
+    # filter); on the CPU path contention is the noise itself, and the clock checks' floor is set for
+    # it. The wall test's own wait (the candidate's, while nothing else of its jail ran) is
+    # _waited_alone_ms, on both paths
+    rq = runqueue_wait_ns if cuda else (lambda w: None)
     steal0 = {} if cuda else steal_jiffies()
     t_start = time.perf_counter()
     round_calls = max(2, t.round_calls)
