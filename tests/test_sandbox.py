@@ -390,3 +390,27 @@ def test_a_wait_for_a_cpu_while_a_helper_thread_works_is_not_taken_out_of_the_wa
     assert r.status.value == "passed" and r.speedup > 2.0, (r.status, r.speedup, r.error)  # the attack works
     r = _evaluate(ATTACKS / "waiting_timer_thread.py", prob, open_dir / "cache", "on", size="full")
     assert r.status.value == "rejected" and "timer_mismatch" in r.flags, (r.status, r.speedup, r.flags)
+
+
+@pytest.mark.skipif(__import__("harness.cgroups", fromlist=["cpu_ns"]).available() is not None,
+                    reason="no control groups here: the jail's CPU time is not kept")
+def test_a_jailed_solution_using_more_cpus_than_the_reference_is_flagged(open_dir):
+    """more_threads.py asks torch for every CPU in its forward, where the reference gets
+    timing.cpu_threads (1): a speedup from more cores. The jail's CPU time per second of each timed
+    round (its cgroup's) is in the record, and over cpu_threads + 0.5 it is `cpu_oversubscribed`
+    (measured here, idle: 1.96 CPUs, 1.95x, flagged; the honest fixture 0.99, not). Whether its
+    threads find free cores depends on the host's load, so the flag is held to the number recorded,
+    and the number to its side of the line only on a host with cores to spare."""
+    prob = open_dir / "problem" / "linear_relu.py"
+    prob.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
+    honest = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_linear_torch.py", prob, open_dir / "cache", "on",
+                       size="full")
+    more = _evaluate(ATTACKS / "more_threads.py", prob, open_dir / "cache", "on", size="full")
+    for r in (honest, more):
+        assert r.status.value == "passed", (r.status, r.error)
+        used = r.timing_method["cand_cpus_median"]
+        assert ("cpu_oversubscribed" in r.flags) == (used > 1.5), (used, r.flags)
+    assert honest.timing_method["cand_cpus_median"] <= 1.5
+    if len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5:
+        assert "cpu_oversubscribed" in more.flags, more.timing_method["cand_cpus_median"]

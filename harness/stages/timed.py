@@ -237,6 +237,11 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         ctx.res.timing_method["quiet_retries"] = timer.quiet_retries
     if ctx.compile_error:
         ctx.res.timing_method["compile_baseline_error"] = ctx.compile_error[:500]
+    if m.cand_cpus:  # CPU path, jailed: the candidate's CPUs at once, against the reference's cpu_threads
+        used = statistics.median(m.cand_cpus)
+        ctx.res.timing_method["cand_cpus_median"] = round(used, 2)
+        if used > cfg.timing.cpu_threads + 0.5:
+            ctx.flag("cpu_oversubscribed")
     for f in m.flags + timer.quiet_flags:
         if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet"):
             ctx.flag(f)

@@ -94,6 +94,9 @@ class Measurement:
     # hypervisor's steal per CPU over the measurement (ms), for the record of the host's conditions
     host_cpus: dict = field(default_factory=dict)
     host_steal_ms: dict = field(default_factory=dict)
+    # CPU path, jailed: the CPU time the candidate's whole jail used per second of each kept round's
+    # wall (its threads and processes: more than timing.cpu_threads is more than the reference gets)
+    cand_cpus: list[float] = field(default_factory=list)
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
@@ -379,6 +382,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
             m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
+            if not cuda and j0[1] is not None and j1[1] is not None and c_wall > 0:
+                m.cand_cpus.append((j1[1] - j0[1]) / (c_wall * 1e9))
         if not st_r["slow"]:
             m.ref.keep(r_reply, r_wall, quiet_r, _waited_ms(p0, p1))
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
@@ -438,6 +443,7 @@ def pooled(ms: list[Measurement]) -> Measurement:
         out.gpu_rounds += m.gpu_rounds
         out.retaken += m.retaken
         out.flags += [f for f in m.flags if f not in out.flags]
+        out.cand_cpus += m.cand_cpus
         for k, v in m.host_steal_ms.items():
             out.host_steal_ms[k] = round(out.host_steal_ms.get(k, 0.0) + v, 1)
         for side, seen in m.host_cpus.items():
