@@ -7,5 +7,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-.venv/bin/python -m pip install -q -e ".[test]"
+# the editable build's "same name as your package" notice is setuptools' generic advice for a flat
+# layout (this folder's harness/ is the package itself): not shown
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test]"
 .venv/bin/harness --version
