@@ -294,15 +294,16 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
 @click.option("--label-b", default=None, help="Only this label's records of RUN_B (the same run twice compares two labels).")
 @click.option("--csv", "csv_path", default=None, help="Write the per-problem rows here.")
 @click.option("--markdown", "md_path", default=None, help="Write the table and its summary as Markdown.")
+@click.option("--html", "html_path", default=None, help="Write the table and its summary as a self-contained page.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and the rows as JSON instead of a table.")
 @click.option("--signed-only", is_flag=True, help="Only records this machine's harness signed.")
-def compare_cmd(run_a, run_b, label_a, label_b, csv_path, md_path, as_json, signed_only):
+def compare_cmd(run_a, run_b, label_a, label_b, csv_path, md_path, html_path, as_json, signed_only):
     """Compare RUN_B against RUN_A per problem: both best speedups with their intervals, B/A, and
     whether B is faster or slower beyond noise (intervals apart) or within it."""
     import json
     from pathlib import Path
 
-    from .compare import compare, markdown, render, summary
+    from .compare import compare, html, markdown, render, summary
 
     try:
         cmp = compare(run_a, run_b, label_a, label_b, signed_only=signed_only)
@@ -312,10 +313,11 @@ def compare_cmd(run_a, run_b, label_a, label_b, csv_path, md_path, as_json, sign
         from .leaderboard import for_csv
         Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
         for_csv(cmp).to_csv(csv_path, index=False)
-    if md_path:
-        Path(md_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(md_path).write_text(markdown(cmp, run_a + (f" ({label_a})" if label_a else ""),
-                                          run_b + (f" ({label_b})" if label_b else "")))
+    names = (run_a + (f" ({label_a})" if label_a else ""), run_b + (f" ({label_b})" if label_b else ""))
+    for path, page in ((md_path, markdown), (html_path, html)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(page(cmp, *names))
     if as_json:
         rows = json.loads(cmp.to_json(orient="records"))
         sys.stdout.write(json.dumps({"summary": summary(cmp), "problems": rows}) + "\n")

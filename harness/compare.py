@@ -118,3 +118,14 @@ def render(cmp: pd.DataFrame, console, title: Optional[str] = None) -> None:
 def markdown(cmp: pd.DataFrame, a: str, b: str) -> str:
     return (f"# Comparison\n\nA: `{a}`  \nB: `{b}`\n\n{summary_line(summary(cmp))}\n\n"
             + md_table(HEAD, [_cells(r) for r in cmp.itertuples()]))
+
+
+def html(cmp: pd.DataFrame, a: str, b: str) -> str:
+    """The comparison as one self-contained page (no script, nothing loaded), styled as report.html."""
+    import html as _html
+
+    from .runreport import CSS, html_table
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Comparison</title><style>{CSS}</style>"
+            f"</head><body><h1>Comparison</h1><p>A: {_html.escape(a)}<br>B: {_html.escape(b)}</p>"
+            f"<p>{_html.escape(summary_line(summary(cmp)))}</p>"
+            + html_table(HEAD, [_cells(r) for r in cmp.itertuples()]) + "</body></html>\n")

@@ -171,13 +171,16 @@ def test_compare_two_runs_per_problem_with_intervals(tmp_path):
     assert (s["both_passed"], s["faster"], s["slower"], s["within_noise"], s["only_b_passed"]) == (3, 1, 1, 1, 1)
     assert s["geomean_ratio"] == pytest.approx((1.5 * 0.5 * (1.55 / 1.5)) ** (1 / 3))
     p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b), "--json",
-                        "--markdown", str(tmp_path / "cmp.md"), "--csv", str(tmp_path / "cmp.csv")],
+                        "--markdown", str(tmp_path / "cmp.md"), "--csv", str(tmp_path / "cmp.csv"),
+                        "--html", str(tmp_path / "cmp.html")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     out = _json.loads(p.stdout)
     assert out["summary"]["faster"] == 1 and len(out["problems"]) == 5
     assert "B faster on 1, slower on 1, within noise on 1" in (tmp_path / "cmp.md").read_text()
     assert len(pd.read_csv(tmp_path / "cmp.csv")) == 5
+    page = (tmp_path / "cmp.html").read_text()
+    assert page.count("<tr>") == 6 and "1.450-1.550" in page and "B faster on 1" in page and "<script" not in page
     table = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and "within noise" in table.stdout and "1.450-1.550" in table.stdout, table.stdout
