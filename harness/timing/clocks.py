@@ -44,9 +44,9 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     adds it at random; a cheat's hidden time is there in every call it doctors. The per-call gap
     test compares low quantiles (the quietest calls), which contention rarely reaches. The per-round
     wall test takes the candidate's waits for a CPU out of its rounds' walls and compares both the
-    quietest round and the median round with the reference's: a cheat that reports some rounds honestly is judged by those in the
-    quietest, while the speedup comes from the median call, so it must doctor most rounds, and the
-    median round then holds its hidden time. A flag is then confirmed by further measurements before
+    quietest round and the median round with the reference's: a cheat that reports some rounds
+    honestly is judged by those in the quietest, while the speedup comes from the median call, so it
+    must doctor most rounds, and the median round then holds its hidden time. A flag is then confirmed by further measurements before
     it becomes a verdict (hardening.clock_check_confirmations, evaluation.py). `detail`, when given,
     receives the numbers each test compared (ms per call)."""
     flags = []

@@ -68,22 +68,9 @@ class GpuMonitor:
                 "thermal_ns": viol(self.nvml.NVML_PERF_POLICY_THERMAL)}
 
 
-def runqueue_wait_ns(worker) -> Optional[int]:
-    """Nanoseconds the worker's main thread (where the timing loop runs) has spent runnable but not
-    running, from the kernel's schedstat: read by the parent, so the child cannot change it."""
-    proc = getattr(worker, "proc", None)
-    if proc is None:
-        return None
-    try:
-        with open(f"/proc/{proc.pid}/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def main_thread_ns(worker) -> Optional[tuple[int, int]]:
-    """(ns on a CPU, ns runnable but waiting for one) of the worker's main thread, from its
-    schedstat, read by the parent."""
+    """(ns on a CPU, ns runnable but waiting for one) of the worker's main thread (where the timing
+    loop runs), from the kernel's schedstat: read by the parent, so the child cannot change it."""
     proc = getattr(worker, "proc", None)
     if proc is None:
         return None
@@ -93,6 +80,12 @@ def main_thread_ns(worker) -> Optional[tuple[int, int]]:
         return int(ran), int(waited)
     except (OSError, ValueError):
         return None
+
+
+def runqueue_wait_ns(worker) -> Optional[int]:
+    """Nanoseconds the worker's main thread has spent runnable but not running."""
+    ns = main_thread_ns(worker)
+    return None if ns is None else ns[1]
 
 
 def last_cpu(worker) -> Optional[int]:
