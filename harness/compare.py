@@ -121,11 +121,10 @@ def markdown(cmp: pd.DataFrame, a: str, b: str) -> str:
 
 
 def html(cmp: pd.DataFrame, a: str, b: str) -> str:
-    """The comparison as one self-contained page (no script, nothing loaded), styled as report.html."""
+    """The comparison as one self-contained page, styled as report.html."""
     import html as _html
 
-    from .runreport import CSS, html_table
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Comparison</title><style>{CSS}</style>"
-            f"</head><body><h1>Comparison</h1><p>A: {_html.escape(a)}<br>B: {_html.escape(b)}</p>"
-            f"<p>{_html.escape(summary_line(summary(cmp)))}</p>"
-            + html_table(HEAD, [_cells(r) for r in cmp.itertuples()]) + "</body></html>\n")
+    from .runreport import html_page, html_table
+    return html_page("Comparison", f"<p>A: {_html.escape(a)}<br>B: {_html.escape(b)}</p>"
+                                   f"<p>{_html.escape(summary_line(summary(cmp)))}</p>"
+                     + html_table(HEAD, [_cells(r) for r in cmp.itertuples()]))

@@ -154,6 +154,12 @@ def plots(df: pd.DataFrame, summary: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def html_page(title: str, body: str) -> str:
+    """A self-contained page (no script, nothing loaded): `body` under the escaped `title`."""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
+
+
 def html_table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -207,14 +213,12 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
     md_path = out_dir / "report.md"
     md_path.write_text(md)
 
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p>Runs: {html.escape(', '.join(str(r) for r in runs))}</p>"
-            f"<h2>Per label</h2>{html_table(SUMMARY_HEAD, sum_rows)}<p>{html.escape(note)}</p>"
-            + "".join(f"<figure id='{n}'>{svgs[n]}</figure>" for n in PLOTS)
-            + f"<h2>Per problem</h2>{html_table(PROBLEM_HEAD, prob_rows)}"
-            f"<h2>Per solution</h2>{html_table(sol_head, sol_rows)}"
-            f"<h2>Hardware and software</h2>{html_table(fp_head, fp_rows)}</body></html>\n")
+    page = html_page(title, f"<p>Runs: {html.escape(', '.join(str(r) for r in runs))}</p>"
+                     f"<h2>Per label</h2>{html_table(SUMMARY_HEAD, sum_rows)}<p>{html.escape(note)}</p>"
+                     + "".join(f"<figure id='{n}'>{svgs[n]}</figure>" for n in PLOTS)
+                     + f"<h2>Per problem</h2>{html_table(PROBLEM_HEAD, prob_rows)}"
+                     f"<h2>Per solution</h2>{html_table(sol_head, sol_rows)}"
+                     f"<h2>Hardware and software</h2>{html_table(fp_head, fp_rows)}")
     html_path = out_dir / "report.html"
     html_path.write_text(page)
     return md_path, html_path
