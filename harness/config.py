@@ -105,6 +105,8 @@ class Timing(_Section):
     processes_target_rel: float = Field(0.0025, ge=0)
     processes_rounds: int = Field(3, ge=1)
     processes_budget_s: float = Field(2.5, ge=0)
+    host_bound_share: float = Field(0.5, ge=0, le=1)
+    host_bound_budget_s: float = Field(8.0, ge=0)
 
 
 class Hardening(_Section):

@@ -2,6 +2,9 @@
 reference's, batched as each call alone, its sampled positions drawn from the call's seed."""
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 from conftest import FP32
 
@@ -63,3 +66,25 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
         assert prints.fps == single
     assert single[0][6 + 16:12 + 16] == [7.0, *single[0][7 + 16:11 + 16], 7.0]  # numel, sums, k of the integers
     assert single[0][-6:] == [0.0] * 6  # the empty tensor
+
+
+def test_an_output_past_float32s_squares_prints_finite(monkeypatch):
+    """level3/48_Mamba2ReturnY's outputs reach 1e22: a float32 L2 norm (the GPU's accumulator)
+    overflows to inf, which crossed the pipe as null and made the reference's timing reply malformed
+    (the problem failed, no record). A head not finite is reduced again in float64."""
+    import harness.timing.fingerprint as fp
+    monkeypatch.setattr(fp, "_accumulator", lambda torch, b: torch.float32)  # as on a GPU
+    out = torch.full((4096,), 1e22)
+    assert not torch.isfinite(fp._head(torch, out.reshape(1, -1), torch.float32)).all()  # the overflow
+    print_ = fp._fingerprint(torch, out, 5, 4)
+    assert all(map(math.isfinite, print_)) and print_[3] == pytest.approx(1e22 * 64, rel=1e-6)
+    assert fingerprints_match(print_, fp._fingerprint(torch, out * (1 + 1e-7), 5, 4), FP32)
+
+
+def test_a_timing_reply_carries_nan_and_infinities():
+    """An honest output may hold NaN or inf (both sides alike); its fingerprint must cross the pipe
+    as it is: pydantic writes them as null by default, which no float field reads back."""
+    from harness.records.messages import REPLY, TimeReply
+    rep = TimeReply(ok=True, times_ms=[1.0], fingerprints=[[1.0, math.nan, math.inf, -math.inf]])
+    back = REPLY.validate_json(rep.model_dump_json())
+    assert math.isnan(back.fingerprints[0][1]) and back.fingerprints[0][2:] == [math.inf, -math.inf]

@@ -109,3 +109,24 @@ def test_a_batch_times_each_side_in_several_processes_from_its_standbys(tmp_path
         assert r["timing_method"]["processes"] == {"candidate": 2, "reference": 2}
         assert len(r["timing_method"]["pair_medians_ms"]) == 2
     assert summary.references == {"cpu": 1}
+
+
+def test_a_host_bound_side_is_timed_in_several_processes_within_its_own_budget(monkeypatch):
+    """A side whose launching leaked into most intervals (timing.stats.host_bound: on a GPU, its
+    process's host speed is what was timed) gets `processes` processes, within host_bound_budget_s,
+    though processes_budget_s is spent and the offset model asks for one; the record names it.
+    (On the CPU no launch leaks: host_bound is made to say so here.)"""
+    from harness.evaluation import evaluate
+    from harness.stages import timed
+    cfg = make_config(device="cpu", **{"timing.processes": 3, "timing.processes_max": 3,
+                                       "timing.processes_budget_s": 0.001, "timing.host_bound_budget_s": 0})
+    args = (ROOT / "tests/fixtures/cpu/honest_cpp.py", ROOT / "tests/problems/relu_add.py", cfg)
+    monkeypatch.setattr(timed, "host_bound", lambda t, side: side is not None)
+    r = evaluate(*args)
+    assert r.status.value == "passed", (r.error, r.log_tail)
+    assert r.timing_method["processes"] == {"candidate": 3, "reference": 3}
+    assert r.timing_method["host_bound"] == ["candidate", "reference"]
+    assert len(r.timing_method["pair_medians_ms"]) == 3
+    monkeypatch.undo()
+    r = evaluate(*args)  # not host-bound: one process a side, as the model asks
+    assert r.timing_method["processes"] == {"candidate": 1, "reference": 1} and "host_bound" not in r.timing_method

@@ -6,6 +6,7 @@ import math
 
 import pytest
 from conftest import fake_measurement as _measurement
+from conftest import make_config
 
 from harness.timing.stats import summarize, widen_for_process_bias
 
@@ -102,3 +103,13 @@ def test_no_more_pairs_than_fit_in_the_budget():
     assert pairs_within_budget(t, [first, further, further]) == 4   # (2.5 - 1.1) / 0.3 = 4.7
     assert pairs_within_budget(_timing(processes_budget_s=1.0), [first, further, further]) == 0
     assert pairs_within_budget(_timing(processes_budget_s=0), [first]) is None
+
+
+def test_a_side_is_host_bound_when_most_of_its_launches_leaked():
+    """timing.stats.host_bound: over host_bound_share of the kept calls opened their interval before
+    the forward was enqueued."""
+    from harness.timing.measure import Side
+    from harness.timing.stats import host_bound
+    t = make_config(device="cuda").timing
+    assert not host_bound(t, Side())
+    assert host_bound(t, Side(times=[1.0] * 60, leaked=50)) and not host_bound(t, Side(times=[1.0] * 60, leaked=30))

@@ -26,7 +26,9 @@ class CompileReply(BaseModel):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities cross as JSON's NaN/Infinity, not as null (which no float field takes): an
+    # honest output holding them fingerprints so, and a reply that says it must not be malformed
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class Jail(_Strict):

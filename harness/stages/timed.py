@@ -18,7 +18,7 @@ from ..records.result import Status
 from ..reference import ReferenceError, ReferenceSession, out_of_memory
 from ..timing.clocks import clock_checks
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
-from ..timing.stats import pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
+from ..timing.stats import host_bound, pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
 from . import baseline
 from .candidate import CandidateProcesses
 from .context import Context, Failure
@@ -228,9 +228,15 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
                   if ctx.cuda else 0.0 for side in counts}
     n_proc = {side: processes_for(cfg.timing, ctx.cuda, spans1, counts[side], first_median[side])
               for side in counts}
+    # (a GPU side's: on the CPU no launch leaks, and the host's speed is what is timed anyway)
+    bound = [side for side, s in (("candidate", m.cand), ("reference", m.ref))
+             if cfg.timing.processes_when != "never" and host_bound(cfg.timing, s)]
+    for side in bound:
+        n_proc[side] = max(n_proc[side], cfg.timing.processes)
     phases.timing_s = ctx.clock() - t0 - timer.settled
     measured = [m]
-    have, wanted, procs_error = _more_pairs(ctx, timer, measured, n_proc, offset_rel, spans1, pair_notes)
+    have, wanted, procs_error = _more_pairs(ctx, timer, measured, n_proc, offset_rel, spans1, pair_notes,
+                                            cfg.timing.host_bound_budget_s if bound else None)
     m = pooled(measured)
     ctx.res.timing_method = method_record(ctx, m)
     if timer.quiet_retries:  # times it gave the device back to a neighbour's unfinished GPU work
@@ -248,6 +254,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     tm = ctx.res.timing_method
     tm.update(check_notes(pair_notes))
     tm["processes"] = have
+    if bound:
+        tm["host_bound"] = bound
     if m.span_basis_ms is not None:  # what chose kernel spans or events (timing.kernel_span = "auto")
         tm["kernel_span_basis_ms"] = round(m.span_basis_ms, 4)
     if wanted:  # fewer than the offsets asked for: timing.processes_budget_s
@@ -267,9 +275,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
 
 
 def _more_pairs(ctx: Context, timer: PairTimer, measured: list, n_proc: dict, offset_rel: dict, spans1: bool,
-                pair_notes: dict) -> tuple[dict, Optional[dict], Optional[str]]:
+                pair_notes: dict, budget_s: Optional[float] = None) -> tuple[dict, Optional[dict], Optional[str]]:
     """Further pairs in at most two waves: the count processes_for asked for, then at most one more
-    wave where their medians say so. Returns the processes each side ended with, what was wanted
+    wave where their medians say so, within `budget_s` of timing wall (processes_budget_s). Returns the processes each side ended with, what was wanted
     where the budget allowed fewer, and why a reference's further processes failed to start."""
     cfg, phases, cand, ref = ctx.cfg, ctx.phases, timer.cand, timer.ref
     procs = {"candidate": [cand.first], "reference": [ref.worker]}
@@ -279,7 +287,7 @@ def _more_pairs(ctx: Context, timer: PairTimer, measured: list, n_proc: dict, of
         if wave:
             n_proc = {side: processes_needed(cfg.timing, n, process_medians(measured, side, n, spans1),
                                              offset_rel[side]) for side, n in have.items()}
-        fit = pairs_within_budget(cfg.timing, measured)
+        fit = pairs_within_budget(cfg.timing, measured, budget_s)
         if fit is not None and max(n_proc.values()) > len(measured) + fit:
             wanted = dict(n_proc)  # what was wanted, for the record
             n_proc = {side: max(have[side], min(n, len(measured) + fit)) for side, n in n_proc.items()}

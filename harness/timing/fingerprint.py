@@ -36,6 +36,24 @@ def _signs(torch, n: int, device):
     return _SIGNS[key]
 
 
+def _accumulator(torch, b):
+    """On a GPU, float32 accumulation (of float64 outputs, float64): a float64 sum of a float32
+    tensor reads a float64 copy of it, made first, and four such sums were most of the
+    fingerprint's GPU time. The GPU reduces in a tree, within 1e-6 of float64 at 16M elements
+    (tests/test_gpu.py); a CPU's float32 norms ran up to 2% off there, so a CPU stays in float64."""
+    return torch.float32 if b.is_cuda and b.dtype != torch.float64 else torch.float64
+
+
+def _head(torch, b, acc):
+    """Per row of `b`: sum, abs-sum, L2 norm and the +-1 projection, accumulated in `acc`."""
+    total = b.sum(1, dtype=acc)
+    # summed as it is: 2 * sum(b over s = 1) - sum(b) cancels, and in float32 the output's mean
+    # then shows (1e-4 of the L2 norm at a mean of 1000 over 16M elements)
+    proj = (b * _signs(torch, b.shape[1], b.device)).sum(1, dtype=acc)  # s * b is exact
+    return torch.stack([total, torch.linalg.vector_norm(b, 1, dim=1, dtype=acc),
+                        torch.linalg.vector_norm(b, 2, dim=1, dtype=acc), proj], 1).to(torch.float64)
+
+
 def _prints(torch, blocks: list, seeds: list[int], npos: int) -> list[list[float]]:
     """The fingerprints of len(seeds) calls at once: `blocks` holds, per output tensor, a (calls, n)
     tensor of its flattened values, one row per call (see _fingerprint)."""
@@ -49,17 +67,12 @@ def _prints(torch, blocks: list, seeds: list[int], npos: int) -> list[list[float
         k = min(npos, n)
         pos = torch.tensor([[r.randrange(n) for _ in range(k)] for r in map(random.Random, seeds)],
                            dtype=torch.long, device=b.device)
-        # on a GPU, float32 accumulation (of float64 outputs, float64): a float64 sum of a float32
-        # tensor reads a float64 copy of it, made first, and four such sums were most of the
-        # fingerprint's GPU time. The GPU reduces in a tree, within 1e-6 of float64 at 16M elements
-        # (tests/test_gpu.py); a CPU's float32 norms ran up to 2% off there, so a CPU stays in float64.
-        acc = torch.float32 if b.is_cuda and b.dtype != f64 else f64
-        total = b.sum(1, dtype=acc)
-        # summed as it is: 2 * sum(b over s = 1) - sum(b) cancels, and in float32 the output's mean
-        # then shows (1e-4 of the L2 norm at a mean of 1000 over 16M elements)
-        proj = (b * _signs(torch, n, b.device)).sum(1, dtype=acc)  # s * b is exact
-        head = torch.stack([total, torch.linalg.vector_norm(b, 1, dim=1, dtype=acc),
-                            torch.linalg.vector_norm(b, 2, dim=1, dtype=acc), proj], 1).to(f64)
+        acc = _accumulator(torch, b)
+        head = _head(torch, b, acc)
+        # float32 squares overflow past 1.8e19 (level3/48_Mamba2ReturnY's outputs reach 1e22): a
+        # row not finite is reduced again in float64, so an output that is finite prints finite
+        if acc != f64 and not bool(torch.isfinite(head).all()):
+            head = _head(torch, b, f64)
         parts.append((n, k, torch.cat([head, b.gather(1, pos).to(f64)], 1)))
     vals = [p[2] for p in parts if p[2] is not None]
     rows = (vals[0] if len(vals) == 1 else torch.cat(vals, 1)).cpu().tolist() if vals else [[] for _ in seeds]

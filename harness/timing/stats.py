@@ -68,6 +68,15 @@ def processes_for(t, cuda: bool, spans: bool, launches: Optional[int], median_ms
     return t.processes if process_offset_rel(t, spans, launches, median_ms) > t.processes_above_rel else 1
 
 
+def host_bound(t, side) -> bool:
+    """A GPU side timed by its process's host speed: over `host_bound_share` of its kept calls opened
+    their interval before the forward was enqueued (its launching outlasted the launch hold), so
+    what the interval holds is how fast that process launched, not the GPU's work. One batch on an
+    H100 timed identical code 20-47% apart in two processes this way (level1/71, level3/15, 16), the
+    same problems alone within 1%: such a side needs several processes as a short one does."""
+    return bool(side.times) and side.leaked > t.host_bound_share * len(side.times)
+
+
 def processes_needed(t, n: int, medians: list[float], offset_rel: float = 0.0) -> int:
     """How many processes a side already timed in `n` (> 1) needs, from its processes' own medians:
     enough that the standard error of their mean, the larger of their observed spread and the
@@ -85,12 +94,13 @@ def processes_needed(t, n: int, medians: list[float], offset_rel: float = 0.0) -
     return max(n, min(cap, math.ceil((sd / t.processes_target_rel) ** 2 - 1e-9)))
 
 
-def pairs_within_budget(t, measured: list) -> Optional[int]:
-    """How many more process pairs fit into `processes_budget_s` of timing wall, all pairs together:
+def pairs_within_budget(t, measured: list, budget_s: Optional[float] = None) -> Optional[int]:
+    """How many more process pairs fit into `budget_s` (`processes_budget_s`) of timing wall, all pairs together:
     at the cost of the further pairs measured so far, or before any, of a warm-up round and
     `processes_rounds` at the first pair's kept rounds' wall (its own wall also holds what a process
     and a reference session pay once, and the torch.compile baseline). None: no limit."""
-    if t.processes_budget_s <= 0:
+    budget_s = t.processes_budget_s if budget_s is None else budget_s
+    if budget_s <= 0:
         return None
     spent = sum(m.seconds for m in measured)
     further = [m.seconds for m in measured[1:]]
@@ -100,7 +110,7 @@ def pairs_within_budget(t, measured: list) -> Optional[int]:
         first = measured[0]
         walls = [statistics.median(r[0] for r in s.rounds) / 1e3 for s in (first.cand, first.ref) if s.rounds]
         per = sum(walls) * (t.processes_rounds + 1) if len(walls) == 2 else first.seconds
-    return max(0, int((t.processes_budget_s - spent) / per)) if per > 0 else None
+    return max(0, int((budget_s - spent) / per)) if per > 0 else None
 
 
 def widen_for_process_bias(ci: tuple[float, float], speedup: float, ref_ms: float, cand_ms: float,
