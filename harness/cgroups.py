@@ -29,6 +29,7 @@ ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids")
 FREEZER = "freezer"  # v1 only, where mounted (v2 freezes through cgroup.freeze in every group)
 CPUACCT = "cpuacct"  # v1 only, where mounted (v2 counts CPU time in every group's cpu.stat)
+CPUSET = "cpuset"  # where mounted (v1) or offered (v2): a jail held to its CPUs while timed (confine)
 _lock = threading.Lock()
 _bases: Optional[list[Path]] = None  # the parent's folder in each hierarchy; [] where unavailable
 _why: Optional[str] = None
@@ -72,6 +73,12 @@ def _make_bases() -> list[Path]:
         base = ROOT / name
         base.mkdir(exist_ok=True)
         (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
+        if CPUSET in have:  # without it, jails are not held to their CPUs (confine says so)
+            try:
+                (ROOT / "cgroup.subtree_control").write_text(f"+{CPUSET}")
+                (base / "cgroup.subtree_control").write_text(f"+{CPUSET}")
+            except OSError:
+                pass
         return [base]
     bases = []
     for c in CONTROLLERS:
@@ -81,18 +88,29 @@ def _make_bases() -> list[Path]:
         base = ROOT / c / _own_path(c).lstrip("/") / name
         base.mkdir(exist_ok=True)
         bases.append(base)
-    for extra in (FREEZER, CPUACCT):
+    for extra in (FREEZER, CPUACCT, CPUSET):
         # without the freezer, jails go unfrozen (records do not list `frozen_while_other_timed`);
-        # without cpuacct, the host-clock check takes no wait for a CPU out of a round (cpu_ns)
+        # without cpuacct, the host-clock check takes no wait for a CPU out of a round (cpu_ns);
+        # without cpuset, a jail is not held to its CPUs while timed (confine)
         if (ROOT / extra / "cgroup.procs").exists():
             try:
                 _clear_stale(ROOT / extra / _own_path(extra).lstrip("/"))
                 base = ROOT / extra / _own_path(extra).lstrip("/") / name
                 base.mkdir(exist_ok=True)
+                if extra == CPUSET:
+                    _inherit_cpuset(base)
                 bases.append(base)
             except OSError:
                 pass
     return bases
+
+
+def _inherit_cpuset(group: Path) -> None:
+    """v1 makes a cpuset group with no CPUs and no memory nodes, and no process may join it so:
+    its parent's are copied in."""
+    for f in ("cpuset.cpus", "cpuset.mems"):
+        if not (group / f).read_text().strip():
+            (group / f).write_text((group.parent / f).read_text().strip())
 
 
 def freezes() -> bool:
@@ -190,10 +208,39 @@ def make(name: str, memory_bytes: int, pids: int) -> list[str]:
                         pass
             elif (g / "pids.max").exists():
                 (g / "pids.max").write_text(str(pids))
+            elif (g / "cpuset.mems").exists():
+                _inherit_cpuset(g)
     except OSError:
         remove(made)
         return []
     return made
+
+
+def confines() -> bool:
+    """Whether a jail's group can be held to chosen CPUs here (confine)."""
+    return available() is None and any((b / "cpuset.cpus").exists() for b in _bases or [])
+
+
+def confine(groups: list[str], cpus: Optional[set[int]]) -> bool:
+    """Every process and thread of the groups held to `cpus` (None: the CPUs the harness has). The
+    kernel moves them and keeps anything they start there; a process inside cannot widen its own
+    affinity past it, as it could a mask set by sched_setaffinity. True where a group took it."""
+    done = False
+    for g in map(Path, groups):
+        f = g / "cpuset.cpus"
+        if not f.exists():
+            continue
+        try:
+            if cpus:
+                f.write_text(",".join(map(str, sorted(cpus))))
+            elif _v2():
+                f.write_text("")  # empty: the parent's
+            else:
+                f.write_text((g.parent / "cpuset.cpus").read_text().strip())
+            done = True
+        except OSError:
+            continue
+    return done
 
 
 def join(groups: list[str]) -> None:

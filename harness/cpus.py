@@ -11,8 +11,10 @@ machine without this: 2 honest solutions of 78 rejected, identical code on both 
 So each GPU slot has one timing CPU. Both sides' main threads are moved onto it for the timing
 phase (they never run at once there: rounds alternate, and the gate stops everything else of the
 slot's), and builds and standbys starting up are kept off it and its SMT siblings where the
-machine has CPUs to spare. The CPU path is left alone: there, contention is the noise the checks are
-set for, and evaluations run beside each other in tests.
+machine has CPUs to spare. On the CPU path nothing is kept off (contention is the noise the checks
+are set for, and evaluations run beside each other), but both sides of a timing phase run on the same
+`timing.cpu_threads` CPUs (`held_to`), the candidate's jail held there by its cpuset group, so a
+solution cannot buy more cores than the reference has.
 
 Timing holds a slot's CPU for a fraction of a cold batch (0.5 s per solution against builds of a
 minute), so a `Lender` gives the timing CPUs to the builds whenever no timing phase holds them, and
@@ -23,6 +25,7 @@ through a cold batch against 24-26% without, and the batch took 119-121 s agains
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -188,6 +191,55 @@ def _set_tree(root: int, mask: set[int]) -> None:
                         pass
             if kids is not None:
                 stack.extend(kids.get(p, ()))
+
+
+_turn = itertools.count()
+
+
+def spread_set(n: int, cpus: Optional[list[int]] = None) -> set[int]:
+    """`n` of the harness's CPUs for one CPU-path timing phase, the next `n` each time round, so
+    that evaluations timed at once (a CPU batch) are spread over the machine."""
+    cpus = available() if cpus is None else sorted(cpus)
+    if not cpus:
+        return set()
+    n = max(1, min(n, len(cpus)))
+    start = next(_turn) * n
+    return {cpus[(start + i) % len(cpus)] for i in range(n)}
+
+
+@contextmanager
+def held_to(n: int, cand_pid: Optional[int], cand_groups: list[str], ref_pid: Optional[int]):
+    """The CPU path's timing phase: both sides on the same `n` CPUs (`timing.cpu_threads`), so the
+    candidate has the cores the reference has and no more. The candidate's jail through its cpuset
+    group (cgroups.confine: nothing inside can widen it), else its process tree's affinity, which
+    its own code could widen again; the reference (trusted) through its affinity. Yields how the
+    candidate was held: "cpuset", "affinity", or None where nothing could be."""
+    from . import cgroups
+    chosen = spread_set(n)
+    if not chosen:
+        yield None
+        return
+    old: dict[int, set[int]] = {}
+    for pid in (ref_pid, cand_pid):
+        if pid is not None:
+            try:
+                old[pid] = os.sched_getaffinity(pid)
+            except (OSError, AttributeError):
+                pass
+    how = "cpuset" if cand_groups and cgroups.confine(cand_groups, chosen) else None
+    for pid in old:
+        if pid == ref_pid or how is None:
+            _set_tree(pid, chosen)
+    if how is None and cand_pid in old:
+        how = "affinity"
+    try:
+        yield how
+    finally:
+        if how == "cpuset":
+            cgroups.confine(cand_groups, None)
+        for pid, mask in old.items():
+            if pid == ref_pid or how == "affinity":
+                _set_tree(pid, mask)
 
 
 @contextmanager

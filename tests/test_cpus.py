@@ -2,6 +2,9 @@
 for a timing phase, and builds that borrow it only while nothing is timed."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 
@@ -129,3 +132,33 @@ def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, c
         for p in (build, timed):
             p.kill()
             p.wait()
+
+
+def test_the_cpu_paths_timing_holds_both_sides_to_the_same_cpus_and_lets_go():
+    """cpus.held_to: the reference by its affinity, the candidate by its jail's cpuset group where
+    there is one (its own affinity calls cannot leave it), else by affinity; each one's own mask back
+    after. The sets rotate, so evaluations timed at once are spread."""
+    import subprocess
+
+    from harness import cgroups, cpus
+    every = set(os.sched_getaffinity(0))
+    assert cpus.spread_set(1, [0, 1, 2]) != cpus.spread_set(1, [0, 1, 2])
+    procs = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    cand, ref = (p.pid for p in procs)
+    groups = cgroups.make("test-held", 1 << 30, 64) if cgroups.confines() else []
+    try:
+        for g in groups:  # as cgroups.join does for the process itself
+            Path(g, "cgroup.procs").write_text(str(cand))
+        with cpus.held_to(1, cand, groups, ref) as how:
+            assert how == ("cpuset" if groups else "affinity")
+            one = os.sched_getaffinity(ref)
+            assert len(one) == 1 and os.sched_getaffinity(cand) == one
+            if groups:  # the candidate asks for the whole machine and stays where it was put
+                os.sched_setaffinity(cand, every)
+                assert os.sched_getaffinity(cand) == one
+        assert os.sched_getaffinity(ref) == every and os.sched_getaffinity(cand) == every
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        cgroups.remove(groups)

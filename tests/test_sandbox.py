@@ -392,25 +392,43 @@ def test_a_wait_for_a_cpu_while_a_helper_thread_works_is_not_taken_out_of_the_wa
     assert r.status.value == "rejected" and "timer_mismatch" in r.flags, (r.status, r.speedup, r.flags)
 
 
-@pytest.mark.skipif(__import__("harness.cgroups", fromlist=["cpu_ns"]).available() is not None,
-                    reason="no control groups here: the jail's CPU time is not kept")
-def test_a_jailed_solution_using_more_cpus_than_the_reference_is_flagged(open_dir):
-    """more_threads.py asks torch for every CPU in its forward, where the reference gets
-    timing.cpu_threads (1): a speedup from more cores. The jail's CPU time per second of each timed
-    round (its cgroup's) is in the record, and over cpu_threads + 0.5 it is `cpu_oversubscribed`
-    (measured here, idle: 1.96 CPUs, 1.95x, flagged; the honest fixture 0.99, not). Whether its
-    threads find free cores depends on the host's load, so the flag is held to the number recorded,
-    and the number to its side of the line only on a host with cores to spare."""
+@pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["confines"]).confines(),
+                    reason="no cpuset control group here: a jail is not held to its CPUs")
+def test_a_jailed_solution_is_held_to_the_references_cpus_while_timed(open_dir, monkeypatch):
+    """more_threads.py asks torch for every CPU it may use in its forward, widen_affinity.py first
+    widens its own affinity to the whole machine; the reference gets timing.cpu_threads (1). While
+    timed, both sides run on the same cpu_threads CPUs, the candidate's jail held there by its cpuset
+    group (cpus.held_to): neither attack gets more than one CPU's time (the jail's CPU time per
+    second of each timed round, `cand_cpus_median`, from its cgroup) nor a speedup from it. Without
+    the hold (made a no-op), more_threads used 1.9 CPUs for 1.96x on this 2-core host when idle,
+    flagged `cpu_oversubscribed` (over cpu_threads + 0.5): the flag is held to the number recorded,
+    and the number to its side of the line only on a host with a core to spare."""
+    from contextlib import contextmanager
+
+    from harness import cpus
     prob = open_dir / "problem" / "linear_relu.py"
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
     honest = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_linear_torch.py", prob, open_dir / "cache", "on",
                        size="full")
+    assert honest.status.value == "passed", (honest.status, honest.error)
+    for attack in ("more_threads.py", "widen_affinity.py"):
+        r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on", size="full")
+        assert r.status.value == "passed", (attack, r.status, r.error)
+        assert r.timing_method["cpus_held"] == "cpuset", r.timing_method
+        assert r.timing_method["cand_cpus_median"] <= 1.2 and "cpu_oversubscribed" not in r.flags, (attack, r.timing_method)
+        assert r.speedup < 1.3 * max(1.0, honest.speedup), (attack, r.speedup, honest.speedup)
+
+    @contextmanager
+    def not_held(*a, **k):
+        yield None
+    monkeypatch.setattr(cpus, "held_to", not_held)
+    idle = len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5
     more = _evaluate(ATTACKS / "more_threads.py", prob, open_dir / "cache", "on", size="full")
-    for r in (honest, more):
-        assert r.status.value == "passed", (r.status, r.error)
-        used = r.timing_method["cand_cpus_median"]
-        assert ("cpu_oversubscribed" in r.flags) == (used > 1.5), (used, r.flags)
-    assert honest.timing_method["cand_cpus_median"] <= 1.5
-    if len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5:
-        assert "cpu_oversubscribed" in more.flags, more.timing_method["cand_cpus_median"]
+    # on a busy host its threads starve its own timing thread, which the host-clock check can reject
+    assert more.status.value == "passed" or (not idle and "timer_mismatch" in more.flags), (more.status, more.error)
+    if more.status.value == "passed":
+        used = more.timing_method["cand_cpus_median"]
+        assert ("cpu_oversubscribed" in more.flags) == (used > 1.5), (used, more.flags)
+        if idle:
+            assert "cpu_oversubscribed" in more.flags and more.speedup > 1.3, (used, more.speedup)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -52,14 +53,20 @@ class PairTimer:
         self.not_quiet_since: Optional[float] = None
         self.not_quiet_for = ctx.cfg.timeouts.run_s + STOP_CREDIT_S + ctx.cfg.batch.quiet_max_s
         self.quiet_retries = 0
+        self.cpus_held: Optional[str] = None  # CPU path: how the candidate was held to its CPUs (cpus.held_to)
 
     def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
         ctx, cfg = self.ctx, self.ctx.cfg
         gate, standby = ctx.gate, ctx.standby
         # nothing else on this device or beside it while either side is timed (this evaluation's
         # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
+        # on the CPU path both on the same timing.cpu_threads CPUs, the candidate's jail held there
+        # by its cpuset: more threads than the reference's buy no more cores
+        on_cpu = cpus.held_to(cfg.timing.cpu_threads, c.pid, c.groups, r.pid) if not ctx.cuda else nullcontext()
         with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
-                [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender):
+                [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender), on_cpu as how:
+            if not ctx.cuda:
+                self.cpus_held = how
             busy = held.preempted or self.not_quiet_since is not None
             if busy and ctx.cuda and not _quiet(r, ctx, self.quiet_flags, final=self._late()):
                 raise _NotQuiet()
@@ -243,6 +250,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         ctx.res.timing_method["quiet_retries"] = timer.quiet_retries
     if ctx.compile_error:
         ctx.res.timing_method["compile_baseline_error"] = ctx.compile_error[:500]
+    if not ctx.cuda:
+        ctx.res.timing_method["cpus_held"] = timer.cpus_held
     if m.cand_cpus:  # CPU path, jailed: the candidate's CPUs at once, against the reference's cpu_threads
         used = statistics.median(m.cand_cpus)
         ctx.res.timing_method["cand_cpus_median"] = round(used, 2)
