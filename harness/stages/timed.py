@@ -286,8 +286,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
 def _more_pairs(ctx: Context, timer: PairTimer, measured: list, n_proc: dict, offset_rel: dict, spans1: bool,
                 pair_notes: dict, budget_s: Optional[float] = None) -> tuple[dict, Optional[dict], Optional[str]]:
     """Further pairs in at most two waves: the count processes_for asked for, then at most one more
-    wave where their medians say so, within `budget_s` of timing wall (processes_budget_s). Returns the processes each side ended with, what was wanted
-    where the budget allowed fewer, and why a reference's further processes failed to start."""
+    wave where their medians say so, within `budget_s` of timing wall (processes_budget_s). Returns
+    the processes each side ended with, what was wanted where the budget allowed fewer, and why a
+    reference's further processes failed to start."""
     cfg, phases, cand, ref = ctx.cfg, ctx.phases, timer.cand, timer.ref
     procs = {"candidate": [cand.first], "reference": [ref.worker]}
     have = {side: 1 for side in n_proc}

@@ -95,8 +95,8 @@ def processes_needed(t, n: int, medians: list[float], offset_rel: float = 0.0) -
 
 
 def pairs_within_budget(t, measured: list, budget_s: Optional[float] = None) -> Optional[int]:
-    """How many more process pairs fit into `budget_s` (`processes_budget_s`) of timing wall, all pairs together:
-    at the cost of the further pairs measured so far, or before any, of a warm-up round and
+    """How many more process pairs fit into `budget_s` (`processes_budget_s`) of timing wall, all
+    pairs together: at the cost of the further pairs measured so far, or before any, of a warm-up round and
     `processes_rounds` at the first pair's kept rounds' wall (its own wall also holds what a process
     and a reference session pay once, and the torch.compile baseline). None: no limit."""
     budget_s = t.processes_budget_s if budget_s is None else budget_s
