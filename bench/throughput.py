@@ -19,6 +19,7 @@ cold one. Verdicts are checked, in every run, against what each solution was wri
 model's generations mostly are; the default mix has 15 builds and 24 PyTorch-only solutions.
 
 Usage: python bench/throughput.py [--device cpu|cuda] [--small] [--extensions] [--gpus 0,1] [--compile-workers N]
+       [--backend local|ray]
 Results: a table on stdout (last lines) and bench/out/throughput-<device>.md (copied by hand,
 with its context, into bench/results/throughput-<device>.md).
 """
@@ -381,6 +382,8 @@ def run_batch(subs: Path, run: Path, cfg: Path, args) -> tuple[float, int]:
         cmd += ["--gpus", args.gpus]
     if args.compile_workers:
         cmd += ["--compile-workers", str(args.compile_workers)]
+    if args.backend != "local":
+        cmd += ["--backend", args.backend]
     t0 = time.perf_counter()
     with open(run.parent / f"{run.name}.stderr.log", "w") as err, open(run.parent / f"{run.name}.stdout.json", "w") as out:
         rc = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=err)
@@ -454,6 +457,8 @@ def main() -> int:
                     help="every honest or wrong solution an extension build of its own, as generations mostly are")
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--compile-workers", type=int, default=None)
+    ap.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="harness batch --backend: ray runs the builds and slots on a local Ray (its overhead)")
     ap.add_argument("--run-timeout", type=float, default=20.0, help="timeouts.run_s (what the hang costs)")
     ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile(Model) (config auto)")
     ap.add_argument("--out", default=None, help="work folder (default bench/out/throughput-<device>-<time>)")

@@ -242,8 +242,11 @@ def problems_check(names, problems_dir, device, size, config_path, jobs, as_json
               help="Refuse to run unless solution code runs as a uid of its own ([hardening] sandbox = \"on\").")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-label summary as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per finished solution (its verdict, and why it failed).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where builds and evaluations run: this process's pools, or Ray (docs/cluster.md).")
+@click.option("--address", default=None, help="With --backend ray: the cluster to join (default: a local Ray).")
 def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_workers, config_path, device,
-              require_sandbox, as_json, quiet):
+              require_sandbox, as_json, quiet, backend, address):
     """Evaluate every solution under PATH... (files or folders of .py/.md/.txt): builds on all cores,
     evaluations on every GPU, one EvalResult per line in RUN/results.jsonl as each finishes."""
     import faulthandler
@@ -263,7 +266,7 @@ def batch_cmd(paths, problem, problems_dir, out, resume, label, gpus, compile_wo
     try:
         summary = run_batch(list(paths), cfg, problem=problem, problem_roots=list(problems_dir) or None, out=out,
                             resume=resume, label=label, gpus=gpus, compile_workers=compile_workers,
-                            console=_console(), quiet=quiet)
+                            console=_console(), quiet=quiet, backend=backend, address=address)
     except BatchError as e:  # nothing to run, a run folder in use: the user's to fix
         raise UsageFailed(str(e)) from None
     except KeyboardInterrupt:

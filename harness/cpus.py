@@ -11,10 +11,10 @@ machine without this: 2 honest solutions of 78 rejected, identical code on both 
 So each GPU slot has one timing CPU. Both sides' main threads are moved onto it for the timing
 phase (they never run at once there: rounds alternate, and the gate stops everything else of the
 slot's), and builds and standbys starting up are kept off it and its SMT siblings where the
-machine has CPUs to spare. On the CPU path nothing is kept off (contention is the noise the checks
-are set for, and evaluations run beside each other), but both sides of a timing phase run on the same
-`timing.cpu_threads` CPUs (`held_to`), the candidate's jail held there by its cpuset group, so a
-solution cannot buy more cores than the reference has.
+machine has CPUs to spare. On the CPU path (contention is the noise the checks are set for, and
+evaluations run beside each other) each side of a timing phase runs on `timing.cpu_threads` CPUs
+(`held_to`), the candidate's jail held there by its cpuset group, so a solution cannot buy more cores
+than the reference has; and the reference's CPUs are kept from every jail (`cpu_path_split`).
 
 Timing holds a slot's CPU for a fraction of a cold batch (0.5 s per solution against builds of a
 minute), so a `Lender` gives the timing CPUs to the builds whenever no timing phase holds them, and
@@ -196,26 +196,45 @@ def _set_tree(root: int, mask: set[int]) -> None:
 _turn = itertools.count()
 
 
-def spread_set(n: int, cpus: Optional[list[int]] = None) -> set[int]:
-    """`n` of the harness's CPUs for one CPU-path timing phase, the next `n` each time round, so
-    that evaluations timed at once (a CPU batch) are spread over the machine."""
+def cpu_path_split(n: int, cpus: Optional[list[int]] = None, siblings_of=siblings) -> tuple[set[int], set[int]]:
+    """(the CPUs a CPU-path jail may ever run on, the `n` a reference is timed on). The reference's
+    are the top `n`, and no jail gets them or their SMT siblings: a jail frozen while the reference
+    is timed still has its timers, which fire on the CPU that armed them, and a helper's attack fired
+    300 timerfds each watched through 1,660 epoll instances there (interrupt work charged to
+    whatever runs, outside every cgroup): the reference on the same CPU ran 2.2x slower, the solution
+    passed at 2.0-3.0x. On a machine too small to keep them apart, both sets are every CPU."""
     cpus = available() if cpus is None else sorted(cpus)
-    if not cpus:
+    n = max(1, min(n, len(cpus))) if cpus else 0
+    ref = set(cpus[len(cpus) - n:]) if cpus else set()
+    reserved = set(ref)
+    for c in ref:
+        reserved |= siblings_of(c) & set(cpus)
+    rest = {c for c in cpus if c not in reserved}
+    return (rest, ref) if len(rest) >= n else (set(cpus), ref)
+
+
+def spread_set(n: int, cpus: set[int]) -> set[int]:
+    """`n` of `cpus`, the next `n` each time round, so that evaluations timed at once (a CPU batch)
+    are spread over them."""
+    order = sorted(cpus)
+    if not order:
         return set()
-    n = max(1, min(n, len(cpus)))
+    n = max(1, min(n, len(order)))
     start = next(_turn) * n
-    return {cpus[(start + i) % len(cpus)] for i in range(n)}
+    return {order[(start + i) % len(order)] for i in range(n)}
 
 
 @contextmanager
 def held_to(n: int, cand_pid: Optional[int], cand_groups: list[str], ref_pid: Optional[int]):
-    """The CPU path's timing phase: both sides on the same `n` CPUs (`timing.cpu_threads`), so the
-    candidate has the cores the reference has and no more. The candidate's jail through its cpuset
-    group (cgroups.confine: nothing inside can widen it), else its process tree's affinity, which
-    its own code could widen again; the reference (trusted) through its affinity. Yields how the
-    candidate was held: "cpuset", "affinity", or None where nothing could be."""
+    """The CPU path's timing phase: each side on `n` CPUs (`timing.cpu_threads`), so the candidate
+    has as many cores as the reference and no more, on CPUs apart from the reference's
+    (cpu_path_split). The candidate's jail through its cpuset group (cgroups.confine: nothing inside
+    can widen it), else its process tree's affinity, which its own code could widen again; the
+    reference (trusted) through its affinity. Yields how the candidate was held: "cpuset",
+    "affinity", or None where nothing could be."""
     from . import cgroups
-    chosen = spread_set(n)
+    jail_cpus, ref_cpus = cpu_path_split(n)
+    chosen = spread_set(n, jail_cpus)
     if not chosen:
         yield None
         return
@@ -227,16 +246,16 @@ def held_to(n: int, cand_pid: Optional[int], cand_groups: list[str], ref_pid: Op
             except (OSError, AttributeError):
                 pass
     how = "cpuset" if cand_groups and cgroups.confine(cand_groups, chosen) else None
-    for pid in old:
-        if pid == ref_pid or how is None:
-            _set_tree(pid, chosen)
+    if ref_pid in old:
+        _set_tree(ref_pid, ref_cpus)
     if how is None and cand_pid in old:
+        _set_tree(cand_pid, chosen)
         how = "affinity"
     try:
         yield how
     finally:
         if how == "cpuset":
-            cgroups.confine(cand_groups, None)
+            cgroups.confine(cand_groups, jail_cpus)
         for pid, mask in old.items():
             if pid == ref_pid or how == "affinity":
                 _set_tree(pid, mask)

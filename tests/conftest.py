@@ -167,7 +167,7 @@ def fake_measurement(cand: list[float], ref: list[float], **kw):
 SLOW_FILES = {"test_verdicts.py", "test_sandbox.py", "test_memory.py", "test_build.py", "test_standby.py",
               "test_batch.py", "test_baselines.py", "test_cli.py", "test_evaluator.py", "test_processes.py",
               "test_forkserver.py", "test_executor.py", "test_worker.py", "test_runreport.py", "test_imports.py",
-              "test_gpu.py"}
+              "test_gpu.py", "test_ray_backend.py"}
 SLOW_TESTS = ("test_problem_passes_linter_at_cpu_size", "test_problems_check_cli_exit_codes", "test_table_matches_problems",
               "test_problems_list_json", "test_a_busy_looping_forward_is_timed_out",
               "test_real_evaluations_share_a_slot", "test_the_kernelbench_bench_scores",

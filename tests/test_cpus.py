@@ -134,15 +134,20 @@ def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, c
             p.wait()
 
 
-def test_the_cpu_paths_timing_holds_both_sides_to_the_same_cpus_and_lets_go():
-    """cpus.held_to: the reference by its affinity, the candidate by its jail's cpuset group where
-    there is one (its own affinity calls cannot leave it), else by affinity; each one's own mask back
-    after. The sets rotate, so evaluations timed at once are spread."""
+def test_the_cpu_paths_timing_holds_each_side_to_its_own_cpus_and_lets_go():
+    """cpus.held_to: the reference by its affinity on the top CPUs (cpu_path_split), the candidate by
+    its jail's cpuset group where there is one (its own affinity calls cannot leave it), else by
+    affinity, on others; each one's own mask back after (the jail's group back to the CPUs jails may
+    use). The candidate's sets rotate, so evaluations timed at once are spread."""
     import subprocess
 
     from harness import cgroups, cpus
     every = set(os.sched_getaffinity(0))
-    assert cpus.spread_set(1, [0, 1, 2]) != cpus.spread_set(1, [0, 1, 2])
+    assert cpus.cpu_path_split(1, [0, 1, 2, 3], lambda c: {c}) == ({0, 1, 2}, {3})
+    assert cpus.cpu_path_split(1, [0, 1, 2, 3], lambda c: {c, c ^ 2}) == ({0, 2}, {3})  # 3's sibling 1 kept too
+    assert cpus.cpu_path_split(1, [5]) == ({5}, {5})  # one CPU: nothing to keep apart
+    assert cpus.spread_set(1, {0, 1, 2}) != cpus.spread_set(1, {0, 1, 2})
+    jail_cpus, ref_cpus = cpus.cpu_path_split(1)
     procs = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
     cand, ref = (p.pid for p in procs)
     groups = cgroups.make("test-held", 1 << 30, 64) if cgroups.confines() else []
@@ -151,12 +156,15 @@ def test_the_cpu_paths_timing_holds_both_sides_to_the_same_cpus_and_lets_go():
             Path(g, "cgroup.procs").write_text(str(cand))
         with cpus.held_to(1, cand, groups, ref) as how:
             assert how == ("cpuset" if groups else "affinity")
-            one = os.sched_getaffinity(ref)
-            assert len(one) == 1 and os.sched_getaffinity(cand) == one
+            mine = os.sched_getaffinity(cand)
+            assert os.sched_getaffinity(ref) == ref_cpus and len(mine) == 1 and mine <= jail_cpus
+            if len(every) > 1:
+                assert not mine & ref_cpus
             if groups:  # the candidate asks for the whole machine and stays where it was put
                 os.sched_setaffinity(cand, every)
-                assert os.sched_getaffinity(cand) == one
-        assert os.sched_getaffinity(ref) == every and os.sched_getaffinity(cand) == every
+                assert os.sched_getaffinity(cand) == mine
+        assert os.sched_getaffinity(ref) == every
+        assert os.sched_getaffinity(cand) == (jail_cpus if groups else every)
     finally:
         for p in procs:
             p.kill()

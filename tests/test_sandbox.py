@@ -394,15 +394,17 @@ def test_a_wait_for_a_cpu_while_a_helper_thread_works_is_not_taken_out_of_the_wa
 
 @pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["confines"]).confines(),
                     reason="no cpuset control group here: a jail is not held to its CPUs")
-def test_a_jailed_solution_is_held_to_the_references_cpus_while_timed(open_dir, monkeypatch):
+def test_a_jailed_solution_is_held_to_as_many_cpus_as_the_reference_and_apart_from_them(open_dir, monkeypatch):
     """more_threads.py asks torch for every CPU it may use in its forward, widen_affinity.py first
     widens its own affinity to the whole machine; the reference gets timing.cpu_threads (1). While
-    timed, both sides run on the same cpu_threads CPUs, the candidate's jail held there by its cpuset
-    group (cpus.held_to): neither attack gets more than one CPU's time (the jail's CPU time per
-    second of each timed round, `cand_cpus_median`, from its cgroup) nor a speedup from it. Without
-    the hold (made a no-op), more_threads used 1.9 CPUs for 1.96x on this 2-core host when idle,
-    flagged `cpu_oversubscribed` (over cpu_threads + 0.5): the flag is held to the number recorded,
-    and the number to its side of the line only on a host with a core to spare."""
+    timed, each side runs on cpu_threads CPUs, the candidate's jail held there by its cpuset group
+    (cpus.held_to): neither attack gets more than one CPU's time (the jail's CPU time per second of
+    each timed round, `cand_cpus_median`, from its cgroup) nor a speedup from it. Without the hold
+    (made a no-op), more_threads used 1.9 CPUs for 1.96x on this 2-core host when idle, flagged
+    `cpu_oversubscribed` (over cpu_threads + 0.5): the flag is held to the number recorded, and the
+    number to its side of the line only on a host with a core to spare. interrupt_storm.py fires
+    timer interrupts on its own CPU while the reference is timed: with the reference on the jail's
+    CPU (both held to one) it passed at 1.9-3.0x; kept apart (cpus.cpu_path_split), it slows itself."""
     from contextlib import contextmanager
 
     from harness import cpus
@@ -412,18 +414,25 @@ def test_a_jailed_solution_is_held_to_the_references_cpus_while_timed(open_dir, 
     honest = _evaluate(ROOT / "tests" / "fixtures" / "cpu" / "honest_linear_torch.py", prob, open_dir / "cache", "on",
                        size="full")
     assert honest.status.value == "passed", (honest.status, honest.error)
-    for attack in ("more_threads.py", "widen_affinity.py"):
+    for attack in ("more_threads.py", "widen_affinity.py", "interrupt_storm.py"):
         r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on", size="full")
         assert r.status.value == "passed", (attack, r.status, r.error)
         assert r.timing_method["cpus_held"] == "cpuset", r.timing_method
         assert r.timing_method["cand_cpus_median"] <= 1.2 and "cpu_oversubscribed" not in r.flags, (attack, r.timing_method)
         assert r.speedup < 1.3 * max(1.0, honest.speedup), (attack, r.speedup, honest.speedup)
 
+    idle = len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5
+    with monkeypatch.context() as mp:  # the reference's CPUs not kept from the jail: the storm reaches it
+        split = cpus.cpu_path_split
+        mp.setattr(cpus, "cpu_path_split", lambda n, *a, **k: (split(n)[1], split(n)[1]))
+        storm = _evaluate(ATTACKS / "interrupt_storm.py", prob, open_dir / "cache", "on", size="full")
+        if idle:
+            assert storm.status.value == "passed" and storm.speedup > 1.5, (storm.status, storm.speedup)
+
     @contextmanager
     def not_held(*a, **k):
         yield None
     monkeypatch.setattr(cpus, "held_to", not_held)
-    idle = len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5
     more = _evaluate(ATTACKS / "more_threads.py", prob, open_dir / "cache", "on", size="full")
     # on a busy host its threads starve its own timing thread, which the host-clock check can reject
     assert more.status.value == "passed" or (not idle and "timer_mismatch" in more.flags), (more.status, more.error)

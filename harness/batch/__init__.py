@@ -6,5 +6,6 @@
 - runfolder.py  the run folder's files: results.jsonl (and reading it back for --resume), events.jsonl
 - pipeline.py   the scheduler: which built solution goes to which slot next; outcomes into records
 - executor.py   where the work runs: builds on CPU workers, evaluations on device slots (SlotRuntime)
+- ray_backend.py  the same work on a Ray cluster (--backend ray): builds as tasks, each slot an actor
 - sharing.py    several evaluations on one device, timing alone: DeviceGate, SoloGate
 """

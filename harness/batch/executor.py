@@ -14,8 +14,8 @@ kinds of task and hands back futures:
 - `retire(problem)`: no more evaluations of this problem: slots close its reference sessions.
 
 `LocalExecutor` runs compiles on a thread pool (each compile is a child process already) and gives
-each slot one thread per evaluation it may run at once. A distributed backend (Ray: compile tasks as
-remote functions, one actor per GPU running `SlotRuntime`) fits behind the same four methods; the
+each slot one thread per evaluation it may run at once. `ray_backend.RayExecutor` runs the same work
+on a Ray cluster (compile tasks as remote functions, one actor per slot running `SlotRuntime`): the
 tasks and outcomes are plain, picklable data and the work functions below carry no state but the
 slot's sessions.
 """
@@ -168,6 +168,10 @@ class Executor(Protocol):
     def backgrounded(self, slot: str) -> int:
         """Evaluations on `slot` now in a phase that holds no lane (sharing.DeviceGate.background)."""
         ...
+
+    def references_started(self) -> dict[str, int]: ...
+
+    def overdue_phases(self) -> dict[str, int]: ...
 
     def shutdown(self, cancel: bool = False) -> None: ...
 

@@ -32,7 +32,7 @@ from ..config import Config
 from ..memory import Admission
 from ..problems import DEFAULT_ROOTS, discover, find_problem
 from .devices import GpuProbe, cuda_arch_list, fingerprint, make_slots
-from .executor import DeviceSlot, LocalExecutor
+from .executor import DeviceSlot, Executor, LocalExecutor
 from .pipeline import BatchSummary, Pipeline
 from .plan import RULES, SOLUTION_SUFFIXES, BatchError, Item, Skipped, plan_items
 from .runfolder import EventLog, ResultsFile, RunLock, default_run_dir, read_records, record_key, run_id
@@ -73,7 +73,8 @@ def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int
 def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
               problem_roots: Optional[list[str]] = None, out: Optional[str] = None, resume: bool = False,
               label: Optional[str] = None, gpus: Optional[str] = None, compile_workers: Optional[int] = None,
-              console=None, quiet: bool = False, show_progress: bool = True) -> BatchSummary:
+              console=None, quiet: bool = False, show_progress: bool = True, backend: str = "local",
+              address: Optional[str] = None) -> BatchSummary:
     from rich.console import Console
 
     console = console or Console(stderr=True)
@@ -98,7 +99,8 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         if resume:
             items = _still_to_do(items, cfg, results_path, summary, console)
 
-        executor, lender, compile_env = make_executor(device, slots, cfg, compile_workers, size, dtype)
+        executor, lender, compile_env = make_executor(device, slots, cfg, compile_workers, size, dtype, backend,
+                                                      address)
         results = ResultsFile(results_path, run_id(run_dir))
         # a line per finished solution, in a terminal too (above the progress display): its verdict
         # and, where it failed, why
@@ -244,8 +246,19 @@ def _still_to_do(items: list[Item], cfg: Config, results_path: Path, summary: Ba
 
 
 def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_workers: Optional[int], size: str,
-                   dtype: Optional[str]) -> tuple[LocalExecutor, Optional[cpus.Lender], dict[str, str]]:
-    """The slots' timing CPUs, the build workers, the executor; (executor, lender, the builds' env)."""
+                  dtype: Optional[str], backend: str = "local",
+                  address: Optional[str] = None) -> tuple[Executor, Optional[cpus.Lender], dict[str, str]]:
+    """The slots' timing CPUs, the build workers, the executor; (executor, lender, the builds' env).
+    `backend` "ray": builds and slots on a Ray cluster at `address` (a local one where None)."""
+    if backend == "ray":
+        from .ray_backend import RayExecutor, available
+        why = available()
+        if why:
+            raise BatchError(why)
+        workers, jobs = compile_plan(device, compile_workers)
+        executor = RayExecutor(slots, workers, size, dtype, address, host_gb=cfg.memory.host_gb,
+                               gpu_gb=cfg.memory.gpu_gb)
+        return executor, None, {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     background, lender = None, None
     if device == "cuda":  # a timing CPU per GPU, kept free of builds and standbys (cpus.py)
         timing_cpus, background = cpus.plan(len(slots))
@@ -264,7 +277,7 @@ def _on_term(*_):
     raise KeyboardInterrupt
 
 
-def _close_summary(summary: BatchSummary, t_start: float, pipe: Pipeline, executor: LocalExecutor,
+def _close_summary(summary: BatchSummary, t_start: float, pipe: Pipeline, executor: Executor,
                    lender: Optional[cpus.Lender], events: EventLog) -> None:
     """The run's times and counts into the summary, the end event and summary.json."""
     summary.wall_s = time.perf_counter() - t_start

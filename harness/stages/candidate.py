@@ -42,6 +42,9 @@ class CandidateProcesses:
             from ..sandbox import JAILS
             from ..sandbox import memory_cap
             jail = JAILS.make(self.built.ext_dir, self.built.module, memory_cap(self.ctx.cfg.hardening.jail_memory_gb))
+            if not self.ctx.cuda:  # never on the CPUs a reference is timed on (cpus.cpu_path_split)
+                from .. import cgroups, cpus
+                cgroups.confine(jail.cgroups, cpus.cpu_path_split(self.ctx.cfg.timing.cpu_threads)[0])
             s = s.model_copy(update={"jail": jail, "solution_path": jail.solution_path})
         try:
             if self.ctx.standby:

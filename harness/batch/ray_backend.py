@@ -1,0 +1,159 @@
+"""The batch's work on a Ray cluster (`harness batch --backend ray [--address ADDR]`).
+
+The same `Executor` as LocalExecutor (executor.py), so the pipeline, the run folder and every rule
+of an evaluation are the ones a local batch has; only where the work runs differs:
+
+- a build is a Ray task (`compile_item`, one CPU each) on any node with a CPU free;
+- each device slot is a Ray actor holding that slot's `SlotRuntime` (its reference sessions,
+  standbys and DeviceGate: shared untimed phases, exclusive timing, the sandbox), on a node with a
+  GPU free for a GPU slot, with one thread per evaluation it may run at once;
+- outcomes come back to the driver, which alone writes the run folder (records, signatures, events).
+
+`ray.init()` with no address starts a local Ray on this machine: the backend CI tests, on the CPU
+(tests/test_ray_backend.py). Ray is an optional extra (`pip install .[ray]`). docs/cluster.md says
+how a cluster run goes and what this backend does not do yet.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from typing import Optional
+
+from .executor import CompileOutcome, CompileTask, DeviceSlot, EvalOutcome, EvalTask, SlotRuntime, compile_item
+
+
+def available() -> Optional[str]:
+    """None where Ray can be imported; else why not."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:
+        return f"ray is not installed ({e}): pip install '.[ray]'"
+    return None
+
+
+class SlotActor:
+    """One device slot's SlotRuntime, in a Ray actor process. A GPU slot's actor is given one GPU by
+    Ray, and its children see that one (whatever index the driver's slot name had)."""
+
+    def __init__(self, slot: DeviceSlot, size: str, dtype: Optional[str], max_sessions: Optional[int],
+                 host_gb: float, gpu_gb: float):
+        from .. import cpus
+        from ..memory import Admission
+        if slot.device == "cuda":
+            import ray
+            ids = [int(g) for g in ray.get_gpu_ids()]
+            slot.env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+            # a timing CPU of this node's own, by the GPU's index: the actors of one node take
+            # different ones without asking each other (cpus.plan takes them from the top)
+            rank = ids[0] if ids else 0
+            timing, background = cpus.plan(rank + 1)
+            slot.timing_cpu, slot.background_cpus = timing[rank], background
+        # each actor admits against its own node's memory (memory.py reads the host's and GPU's free)
+        self.rt = SlotRuntime(slot, size, dtype, max_sessions, slot.concurrency, None,
+                              Admission(host_gb, gpu_gb))
+
+    def evaluate(self, task: EvalTask) -> EvalOutcome:
+        return self.rt.evaluate(task)  # (the record's env.hostname names this node)
+
+    def retire(self, key: str) -> None:
+        if key in self.rt.sessions:
+            self.rt.retire(key)
+
+    def close(self) -> None:
+        self.rt.close()
+
+    def counts(self) -> tuple[int, int, int]:
+        """(evaluations in a background phase, references started, overdue phases)."""
+        return self.rt.gate.backgrounded, self.rt.references_started, self.rt.gate.overdue
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _settled(ray_future: Future, failed) -> Future:
+    """A future that always holds an outcome: Ray's own failures (a task or actor lost with its node,
+    an object not deserialised) become `failed(error)`, which the pipeline reports as a harness
+    failure of that item (no record: `--resume` runs it again), not an exception out of the batch."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(f.result())
+        except BaseException as e:  # noqa: BLE001 - whatever Ray raised, as the item's error
+            out.set_result(failed(f"{type(e).__name__}: {e}"))
+    ray_future.add_done_callback(done)
+    return out
+
+
+class RayExecutor:
+    """Builds as Ray tasks, each slot's evaluations on its actor (see the module's docstring)."""
+
+    def __init__(self, slots: list[DeviceSlot], compile_workers: int, size: str, dtype: Optional[str],
+                 address: Optional[str] = None, max_sessions: Optional[int] = None,
+                 host_gb: float = 0.0, gpu_gb: float = 0.0):
+        import ray
+        self.ray = ray
+        self.slots = slots
+        self.compile_workers = max(1, compile_workers)
+        self._own = not ray.is_initialized()
+        if self._own:
+            # workers import the harness as the driver does (an editable install, or the checkout)
+            here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env = {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                     runtime_env={"env_vars": env})
+        self._compile = ray.remote(num_cpus=1, max_retries=0)(compile_item)
+        actor = ray.remote(SlotActor)
+        self._actors = {
+            s.name: actor.options(num_cpus=0, num_gpus=1 if s.device == "cuda" else 0,
+                                  max_concurrency=2 * max(1, s.concurrency) + 2)
+            .remote(s, size, dtype, max_sessions, host_gb, gpu_gb) for s in slots}
+        self._lost: set[str] = set()
+        self._final: Optional[dict[str, tuple[int, int, int]]] = None
+
+    def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
+        return _settled(self._compile.remote(task, None).future(),
+                        lambda e: CompileOutcome(index=task.index, error=f"ray: {e}"[:500]))
+
+    def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]":
+        return _settled(self._actors[slot.name].evaluate.remote(task).future(),
+                        lambda e: EvalOutcome(index=task.index, slot=slot.name, error=f"ray: {e}"[:500]))
+
+    def retire(self, problem_key: str) -> None:
+        for name, a in self._actors.items():
+            if name not in self._lost:
+                a.retire.remote(problem_key)
+
+    def lose(self, slot: DeviceSlot) -> None:
+        self._lost.add(slot.name)
+        self._actors[slot.name].close.remote()
+
+    def _counts(self) -> dict[str, tuple[int, int, int]]:
+        if self._final is not None:  # after shutdown: what the actors said before they went
+            return self._final
+        names = [n for n in self._actors if n not in self._lost]
+        got = self.ray.get([self._actors[n].counts.remote() for n in names])
+        return dict(zip(names, got))
+
+    def backgrounded(self, slot: str) -> int:
+        return self.ray.get(self._actors[slot].counts.remote())[0] if slot not in self._lost else 0
+
+    def references_started(self) -> dict[str, int]:
+        return {n: c[1] for n, c in self._counts().items()}
+
+    def overdue_phases(self) -> dict[str, int]:
+        return {n: c[2] for n, c in self._counts().items()}
+
+    def shutdown(self, cancel: bool = False) -> None:
+        ray = self.ray
+        try:
+            if not cancel:
+                ray.get([a.close.remote() for n, a in self._actors.items() if n not in self._lost])
+            self._final = self._counts()
+        except Exception:  # noqa: BLE001 - an actor already gone: its counts with it
+            self._final = {}
+        finally:
+            for a in self._actors.values():
+                ray.kill(a)
+            if self._own:
+                ray.shutdown()

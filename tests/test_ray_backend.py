@@ -1,0 +1,68 @@
+"""`harness batch --backend ray`: the same pipeline with its builds as Ray tasks and each device slot
+a Ray actor (harness/batch/ray_backend.py), on a local Ray started on this machine (a real one, not a
+mock). Every CPU verdict fixture that needs no config of its own gets the same verdict through Ray
+as through the built-in pool, and the one its header expects."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import CACHE, ROOT, fixtures_in, make_config, read_expectation
+
+
+
+def _fixtures() -> list:
+    """The CPU fixtures a batch of one config can hold (no `# config:` of their own), each in a
+    folder named after its problem (the batch's matching rule)."""
+    return [e for e in map(read_expectation, fixtures_in("fixtures/cpu")) if not e.overrides and e.device == "cpu"]
+
+
+def _run(subs: Path, out: Path, backend: str) -> dict[str, dict]:
+    from harness.batch.run import run_batch
+    cfg = make_config(device="cpu", cache_dir=str(CACHE), **{
+        "timing.budget_s": 0.3, "timing.max_calls": 20, "timing.round_calls": 5, "timing.min_rounds": 3,
+        "correctness.trials": 2, "batch.cpu_concurrent_evaluations": 2})
+    summary = run_batch([str(subs)], cfg, problem_roots=[str(ROOT / "tests" / "problems")], out=str(out),
+                        compile_workers=1, quiet=True, show_progress=False, backend=backend)
+    assert not summary.interrupted
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    return {Path(r["solution"]).name: r for r in recs}
+
+
+def test_the_cpu_fixtures_get_the_same_verdicts_through_ray_as_through_the_local_pool(tmp_path):
+    ray = pytest.importorskip("ray")
+    exps = _fixtures()
+    subs = tmp_path / "subs"
+    for e in exps:
+        dest = subs / e.problem.stem / e.path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(e.path, dest)
+    local = _run(subs, tmp_path / "local", "local")
+    through_ray = _run(subs, tmp_path / "ray", "ray")
+    assert not ray.is_initialized()  # the batch's own Ray, shut down with it
+    assert set(local) == set(through_ray) == {e.path.name for e in exps}
+    for e in exps:
+        a, b = local[e.path.name], through_ray[e.path.name]
+        assert a["status"] == b["status"] == e.status, (e.path.name, a["status"], b["status"], b.get("error"))
+        assert a["problem"] == b["problem"]
+        if b.get("env"):  # evaluated on a slot: the record names the node it ran on
+            assert b["env"]["hostname"]
+
+
+def test_a_task_ray_lost_is_an_items_error_not_the_batchs():
+    """What Ray raises for a task or actor lost with its node becomes the item's outcome with an
+    error (the pipeline skips it without a record; --resume runs it again)."""
+    from concurrent.futures import Future
+
+    from harness.batch.executor import EvalOutcome
+    from harness.batch.ray_backend import _settled
+    lost, fine = Future(), Future()
+    a = _settled(lost, lambda e: EvalOutcome(index=3, slot="cuda:0", error=e))
+    b = _settled(fine, lambda e: EvalOutcome(index=4, slot="cuda:0", error=e))
+    lost.set_exception(RuntimeError("The actor died unexpectedly"))
+    fine.set_result(EvalOutcome(index=4, slot="cuda:0"))
+    assert a.result().error == "RuntimeError: The actor died unexpectedly" and a.result().index == 3
+    assert b.result().error is None
