@@ -66,3 +66,27 @@ def test_a_task_ray_lost_is_an_items_error_not_the_batchs():
     fine.set_result(EvalOutcome(index=4, slot="cuda:0"))
     assert a.result().error == "RuntimeError: The actor died unexpectedly" and a.result().index == 3
     assert b.result().error is None
+
+
+def test_each_gpu_slot_is_an_actor_that_sees_the_gpu_ray_gave_it():
+    """The GPU actors' logic on the CPU: a local Ray told it has two GPUs places one slot actor on
+    each, and each actor's children see that GPU alone (CUDA_VISIBLE_DEVICES from Ray's assignment,
+    whatever the driver's slot was named), with a timing CPU by the GPU's index, in a process of
+    its own."""
+    ray = pytest.importorskip("ray")
+    import os
+
+    from harness.batch.executor import DeviceSlot
+    from harness.batch.ray_backend import RayExecutor
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        slots = [DeviceSlot(name=f"cuda:{i}", device="cuda", env={"CUDA_VISIBLE_DEVICES": "7"}) for i in range(2)]
+        ex = RayExecutor(slots, 1, "small", None)
+        where = ray.get([a.where.remote() for a in ex._actors.values()])
+        assert sorted(w["visible"] for w in where) == ["0", "1"]
+        assert len({w["pid"] for w in where}) == 2 and all(w["pid"] != os.getpid() for w in where)
+        if len(os.sched_getaffinity(0)) >= 2:  # one timing CPU each, not the same one
+            assert len({w["timing_cpu"] for w in where}) == 2 and None not in {w["timing_cpu"] for w in where}
+        ex.shutdown()
+    finally:
+        ray.shutdown()

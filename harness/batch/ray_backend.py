@@ -66,8 +66,10 @@ class SlotActor:
         """(evaluations in a background phase, references started, overdue phases)."""
         return self.rt.gate.backgrounded, self.rt.references_started, self.rt.gate.overdue
 
-    def pid(self) -> int:
-        return os.getpid()
+    def where(self) -> dict:
+        """Where this slot's work runs: its process, the GPUs its children see, its timing CPU."""
+        return {"pid": os.getpid(), "visible": self.rt.slot.env.get("CUDA_VISIBLE_DEVICES"),
+                "timing_cpu": self.rt.slot.timing_cpu}
 
 
 def _settled(ray_future: Future, failed) -> Future:
