@@ -48,9 +48,11 @@ class SlotActor:
             rank = ids[0] if ids else 0
             timing, background = cpus.plan(rank + 1)
             slot.timing_cpu, slot.background_cpus = timing[rank], background
-        # each actor admits against its own node's memory (memory.py reads the host's and GPU's free)
-        self.rt = SlotRuntime(slot, size, dtype, max_sessions, slot.concurrency, None,
-                              Admission(host_gb, gpu_gb))
+        # each actor admits against its own node's memory (memory.py reads the host's and GPU's free),
+        # and closes its idle references while memory is short, as LocalExecutor's slots do
+        admission = Admission(host_gb, gpu_gb)
+        self.rt = SlotRuntime(slot, size, dtype, max_sessions, slot.concurrency, None, admission)
+        admission.on_wait = self.rt.free_idle
 
     def evaluate(self, task: EvalTask) -> EvalOutcome:
         return self.rt.evaluate(task)  # (the record's env.hostname names this node)

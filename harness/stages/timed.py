@@ -60,8 +60,8 @@ class PairTimer:
         gate, standby = ctx.gate, ctx.standby
         # nothing else on this device or beside it while either side is timed (this evaluation's
         # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
-        # on the CPU path both on the same timing.cpu_threads CPUs, the candidate's jail held there
-        # by its cpuset: more threads than the reference's buy no more cores
+        # on the CPU path each side on timing.cpu_threads CPUs of its own, the candidate's jail held
+        # there by its cpuset: more threads than the reference's buy no more cores
         on_cpu = cpus.held_to(cfg.timing.cpu_threads, c.pid, c.groups, r.pid) if not ctx.cuda else nullcontext()
         with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
                 [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender), on_cpu as how:
