@@ -341,9 +341,10 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
     """escaped_burner.py computes Model's own function and starts helpers in sessions of their own that
     burn every CPU while its candidate is stopped, i.e. while the reference is timed. With only the
     candidate's process group stopped (SIGSTOP) the reference looks 2.9-5.3x slower; with its jail's
-    control group frozen too (worker.Worker.pause) the speedup is an honest one. (The CPU placement
-    stops it too: a jail never runs on the reference's CPUs, cpus.cpu_path_split and held_to; both
-    are undone here, so that the freezer is what is shown.)"""
+    control group frozen too (worker.Worker.pause) the speedup is an honest one. (The CPU placement,
+    cpus.cpu_path_split and held_to, keeps the helpers off the reference's CPUs but not out of the
+    caches and memory it shares: 1.49x passed with it and without the freezer on a loaded 2-core
+    host. Both are undone here, so that the freezer is what is shown.)"""
     from contextlib import contextmanager
 
     from harness import cpus
@@ -355,11 +356,6 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
     prob = open_dir / "problem" / "linear_relu.py"
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
-    if cpus.cpu_path_split(1)[0].isdisjoint(cpus.cpu_path_split(1)[1]):  # the placement alone holds it
-        with monkeypatch.context() as m:
-            m.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: None)
-            r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
-        assert r.status.value == "passed" and r.speedup < 1.4, (r.status, r.speedup)
     monkeypatch.setattr(cpus, "cpu_path_split", lambda n, *a, **k: (set(cpus.available()), set(cpus.available())))
     monkeypatch.setattr(cpus, "held_to", not_held)
     with monkeypatch.context() as m:
