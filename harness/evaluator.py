@@ -11,7 +11,8 @@ gives the same record `harness eval` would.
             ...
 
 Nothing is written to disk but the build cache and the generations' own files (in `workdir`, a
-temporary folder by default)."""
+temporary folder by default). `Evaluator(backend="ray", address=...)` runs the same work on Ray, as
+`harness batch --backend ray` does (workdir then on storage the nodes share)."""
 from __future__ import annotations
 
 import itertools
@@ -36,7 +37,7 @@ class EvaluationFailed(RuntimeError):
 class Evaluator:
     def __init__(self, cfg: Optional[Config] = None, *, device: Optional[str] = None, gpus: Optional[str] = None,
                  problems: Optional[Iterable[Source]] = None, compile_workers: Optional[int] = None,
-                 workdir: Optional[Source] = None):
+                 workdir: Optional[Source] = None, backend: str = "local", address: Optional[str] = None):
         from .batch.run import make_executor, resolve_devices
         cfg = cfg or load_config()
         if device is not None:
@@ -45,8 +46,9 @@ class Evaluator:
         self.cfg, slots, _ = resolve_devices(cfg, gpus)
         self.device, self.size = self.cfg.device, self.cfg.size
         self.dtype = None if cfg.dtype == "auto" else cfg.dtype
+        # backend "ray": builds and slots on a Ray cluster at `address`, a local Ray where None (docs/cluster.md)
         self.executor, _, self._compile_env = make_executor(self.device, slots, self.cfg, compile_workers, self.size,
-                                                            self.dtype)
+                                                            self.dtype, backend, address)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="harness-evaluator-")
         self.workdir = Path(workdir or self._tmp.name)
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -90,3 +90,16 @@ def test_each_gpu_slot_is_an_actor_that_sees_the_gpu_ray_gave_it():
         ex.shutdown()
     finally:
         ray.shutdown()
+
+
+def test_the_evaluator_hands_its_work_to_ray_too():
+    """The API for RL loops (harness.Evaluator) on the same backend: records as through the pool."""
+    pytest.importorskip("ray")
+    from harness import Evaluator
+    cfg = make_config(device="cpu", cache_dir=str(CACHE), **{"timing.budget_s": 0.3, "timing.max_calls": 20,
+                                                             "correctness.trials": 2})
+    fixtures = ROOT / "tests" / "fixtures" / "cpu"
+    with Evaluator(cfg, problems=[ROOT / "tests" / "problems"], backend="ray") as ev:
+        got = {p: ev.evaluate(fixtures / p, "relu_add").status.value
+               for p in ("honest_cpp.py", "wrong_cpp.py", "raise_in_forward.py")}
+    assert got == {"honest_cpp.py": "passed", "wrong_cpp.py": "incorrect", "raise_in_forward.py": "runtime_error"}
