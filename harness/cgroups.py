@@ -74,7 +74,7 @@ def _make_bases() -> list[Path]:
         base.mkdir(exist_ok=True)
         (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
         if CPUSET in have:  # without it, jails are not held to their CPUs (confine says so)
-            try:
+            try:  # a group hands on only what its parent hands it: the root first
                 (ROOT / "cgroup.subtree_control").write_text(f"+{CPUSET}")
                 (base / "cgroup.subtree_control").write_text(f"+{CPUSET}")
             except OSError:

@@ -46,9 +46,9 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     wall test takes the candidate's waits for a CPU out of its rounds' walls and compares both the
     quietest round and the median round with the reference's: a cheat that reports some rounds
     honestly is judged by those in the quietest, while the speedup comes from the median call, so it
-    must doctor most rounds, and the median round then holds its hidden time. A flag is then confirmed by further measurements before
-    it becomes a verdict (hardening.clock_check_confirmations, evaluation.py). `detail`, when given,
-    receives the numbers each test compared (ms per call)."""
+    must doctor most rounds, and the median round then holds its hidden time. A flag is then
+    confirmed by further measurements before it becomes a verdict (hardening.clock_check_confirmations,
+    evaluation.py). `detail`, when given, receives the numbers each test compared (ms per call)."""
     flags = []
     if len(m.cand.times) < 2 or len(m.ref.times) < 2:
         return flags

@@ -40,9 +40,9 @@ class Side:
     leaked: int = 0  # calls whose interval opened before their forward was enqueued
     span: list[float] = field(default_factory=list)  # kernel span ms per call (-1.0: none), when asked
     launches: list[int] = field(default_factory=list)  # the latest round's launches per call (CUPTI), if counted
-    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU, ms its timing
-    # thread waited for a CPU as the parent read it: the candidate's only while nothing else of its
-    # jail ran, 0.0 where unread)
+    # per round: (parent wall ms, sum of reported ms, calls, quiet: no wait for a CPU, ms the
+    # candidate's timing thread waited for a CPU while nothing else of its jail ran: 0.0 for the
+    # reference and where unread)
     rounds: list[tuple[float, float, int, bool, float]] = field(default_factory=list)
 
     def keep(self, reply, wall_s: float, quiet: bool, waited_ms: float = 0.0) -> None:
@@ -120,10 +120,6 @@ def auto_hold_us(ref_launch_ms: list[float], cap_us: float) -> float:
 def _contended(w0: Optional[int], w1: Optional[int], wall_s: float, frac: float) -> bool:
     """Whether a side waited for a CPU for over `frac` of its request's wall (run-queue waits in ns)."""
     return w0 is not None and w1 is not None and (w1 - w0) > frac * wall_s * 1e9
-
-
-def _waited_ms(w0: Optional[int], w1: Optional[int]) -> float:
-    return (w1 - w0) / 1e6 if w0 is not None and w1 is not None and w1 >= w0 else 0.0
 
 
 def _jail_state(worker) -> tuple:
@@ -385,7 +381,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             if not cuda and j0[1] is not None and j1[1] is not None and c_wall > 0:
                 m.cand_cpus.append((j1[1] - j0[1]) / (c_wall * 1e9))
         if not st_r["slow"]:
-            m.ref.keep(r_reply, r_wall, quiet_r, _waited_ms(p0, p1))
+            m.ref.keep(r_reply, r_wall, quiet_r)  # (its waits stay in its walls: clocks._over)
             m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
         if with_compiled and k_reply.ok:
             m.compiled += k_reply.times_ms
