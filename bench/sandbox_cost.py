@@ -3,6 +3,7 @@ the solution copied, its build folder handed to its group; then every process of
 the home removed), and whole evaluations jailed against unjailed on a warm build cache.
 
     python bench/sandbox_cost.py [--runs 3] [--solution tests/fixtures/cpu/honest_cpp.py]
+    python bench/sandbox_cost.py --device cuda --solution identity --problem tests/problems/launch_chain.py
 
 Needs root (the sandbox's own condition); prints a table, writes nothing."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--solution", default=str(ROOT / "tests/fixtures/cpu/honest_cpp.py"))
     ap.add_argument("--problem", default=str(ROOT / "tests/problems/relu_add.py"))
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     a = ap.parse_args()
     from harness.config import load_config
     from harness.evaluation import evaluate
@@ -34,7 +36,12 @@ def main() -> int:
         return 1
     cache = Path(tempfile.mkdtemp(prefix="sandbox-cost-"))
     os.chmod(cache, 0o755)
-    cfg = {m: load_config(None, {"cache_dir": str(cache), "device": "cpu", "hardening.sandbox": m}) for m in ("on", "off")}
+    if a.solution == "identity":  # the problem's own Model as ModelNew (bench/kernelbench.py): no build
+        from kernelbench import identity_source
+        a.solution = str(cache / "identity.py")
+        Path(a.solution).write_text(identity_source(Path(a.problem).read_text()))
+    cfg = {m: load_config(None, {"cache_dir": str(cache), "device": a.device, "hardening.sandbox": m})
+           for m in ("on", "off")}
     first = evaluate(a.solution, a.problem, cfg["on"])  # builds (jailed) and warms the cache
     print(f"warm-up: {first.status.value}, protections {first.protections}")
     ext = next(p for p in (cache / "ext").iterdir() if not p.name.startswith("."))

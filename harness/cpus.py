@@ -8,10 +8,14 @@ machine without this: 2 honest solutions of 78 rejected, identical code on both 
 0.56-0.62 ms more host time per call on the candidate's side in every round; with it, 0 of 273 since
 (bench/results/throughput-cuda.md; that machine has no SMT, so the cause was not the siblings).
 
-So each GPU slot has one timing CPU. Both sides' main threads are moved onto it for the timing
-phase (they never run at once there: rounds alternate, and the gate stops everything else of the
-slot's), and builds and standbys starting up are kept off it and its SMT siblings where the
-machine has CPUs to spare. On the CPU path (contention is the noise the checks are set for, and
+So each GPU slot has two timing CPUs, one a side (`slot_cpus`): each side's main thread is moved
+onto its own for the timing phase, and builds and standbys starting up are kept off them and their
+SMT siblings where the machine has CPUs to spare. One each, not one shared: a jail frozen while the
+reference is timed keeps its timers, which fire on the CPU that armed them, so the reference's CPU
+is kept from every jail (`sandbox.Jails.keep_off`), and the candidate is timed on a CPU of the same
+kind beside it. A machine too small for two a slot shares one between the sides.
+
+On the CPU path (contention is the noise the checks are set for, and
 evaluations run beside each other) each side of a timing phase runs on `timing.cpu_threads` CPUs
 (`held_to`), the candidate's jail held there by its cpuset group, so a solution cannot buy more cores
 than the reference has; and the reference's CPUs are kept from every jail (`cpu_path_split`).
@@ -30,7 +34,7 @@ import os
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Iterable, Optional
 
 
@@ -68,6 +72,27 @@ def plan(slots: int, cpus: Optional[list[int]] = None,
         reserved |= (siblings_of(free[0]) & set(cpus)) | {free[0]}
     rest = set(cpus) - reserved
     return timing, (rest if rest and len(rest) >= max(2, len(cpus) // 2) else None)
+
+
+def slot_cpus(slots: int, cpus: Optional[list[int]] = None,
+              siblings_of=siblings) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
+    """(per slot (the reference's timing CPU, the candidate's), the CPUs left for background work):
+    two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two."""
+    timing, background = plan(2 * slots, cpus, siblings_of)
+    if background is not None and None not in timing:
+        return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background
+    timing, background = plan(slots, cpus, siblings_of)
+    return [(t, t) for t in timing], background
+
+
+def reference_cpus(pairs: Iterable[tuple[Optional[int], Optional[int]]], siblings_of=siblings) -> set[int]:
+    """The CPUs no jail may run on: each slot's reference CPU and its SMT siblings, where the slot
+    times its candidate on another one."""
+    out: set[int] = set()
+    for ref, cand in pairs:
+        if ref is not None and cand is not None and cand != ref:
+            out |= siblings_of(ref) | {ref}
+    return out
 
 
 def restrict(pid: int, cpus: Optional[set[int]]) -> None:
@@ -262,23 +287,24 @@ def held_to(n: int, cand_pid: Optional[int], cand_groups: list[str], ref_pid: Op
 
 
 @contextmanager
-def pinned(pids: Iterable[Optional[int]], cpu: Optional[int], lender: Optional[Lender] = None):
-    """Each process's main thread on `cpu` for the block, then back where it was; builds borrowing
-    `cpu` (`lender`) are moved off it first."""
+def pinned(placement: Iterable[tuple[Optional[int], Optional[int]]], lender: Optional[Lender] = None):
+    """Each (pid, cpu): the process's main thread on `cpu` for the block, then back where it was
+    (a pid or cpu of None: left alone); builds borrowing those CPUs (`lender`) are moved off first."""
+    placement = [(pid, cpu) for pid, cpu in placement if pid is not None and cpu is not None]
     if lender is not None:
-        with lender.reclaimed(cpu), pinned(pids, cpu):
+        with ExitStack() as stack:
+            for cpu in sorted({cpu for _, cpu in placement}):
+                stack.enter_context(lender.reclaimed(cpu))
+            stack.enter_context(pinned(placement))
             yield
         return
     old: dict[int, set[int]] = {}
-    if cpu is not None:
-        for pid in pids:
-            if pid is None:
-                continue
-            try:
-                old[pid] = os.sched_getaffinity(pid)
-                os.sched_setaffinity(pid, {cpu})
-            except (OSError, AttributeError):
-                pass
+    for pid, cpu in placement:
+        try:
+            old[pid] = os.sched_getaffinity(pid)
+            os.sched_setaffinity(pid, {cpu})
+        except (OSError, AttributeError):
+            pass
     try:
         yield
     finally:

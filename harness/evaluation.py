@@ -50,7 +50,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     it (batch sharing): untimed phases run beside other evaluations' phases, timing has the device
     to itself. `hold`: its share of a batch's memory (memory.Admission), else it has the machine."""
     cfg = config or load_config()
-    gate = gate or SoloGate(timing_cpu=cpus.plan(1)[0][0])
+    if gate is None:
+        (ref_cpu, cand_cpu), = cpus.slot_cpus(1)[0]
+        gate = SoloGate(timing_cpu=ref_cpu, cand_cpu=cand_cpu)
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
         from .process.child import set_dumpable
@@ -70,6 +72,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)
+    if ctx.jailed:  # no jail on the CPUs references are timed on (a batch has kept them off already)
+        from .sandbox import keep_off_references
+        keep_off_references(ctx.device == "cuda", cfg.timing.cpu_threads, [(gate.timing_cpu, gate.cand_cpu)])
     ref = reference or ReferenceSession(prob, cfg, ctx.device, ctx.size, ctx.dtype, env_extra=env_extra)
     ctx.tol = tolerance_for(cfg, ctx.dtype, ref.meta)
     ctx.hold = hold or Admission(cfg.memory.host_gb, cfg.memory.gpu_gb).hold()

@@ -51,6 +51,10 @@ def frame_allowance(payload: int, inputs: int) -> int:
     return 2 * payload + inputs + (64 << 20)
 
 
+# what every process of a GPU comparison NaN-fills and keeps cached at its start (process.runner._poison),
+# the same a side, so that both carve their tensors alike; small, as several start at once (7 taking
+# 8 GB each ran an H100 out of memory)
+POISON_BYTES = 1 << 30
 OOM = ("out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
@@ -333,7 +337,8 @@ class ReferenceSession:
         return Setup(role=role, problem_path=str(self.problem.path), problem_source=self.problem.text,
                      solution_path=solution_path, device=self.device,
                      size=self.size, dtype=self.dtype, cpu_threads=self.cfg.timing.cpu_threads,
-                     allow_tf32=self.cfg.correctness.allow_tf32)
+                     allow_tf32=self.cfg.correctness.allow_tf32,
+                     poison_max_bytes=POISON_BYTES if self.device == "cuda" else None)
 
     def spawn_reference(self, on_worker: Optional[Callable[[Worker], None]] = None) -> Worker:
         """A reference worker for this problem; its memory and fds are closed to other processes."""

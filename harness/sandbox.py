@@ -79,9 +79,8 @@ class SandboxUnavailable(RuntimeError):
 
 def wanted(setting: str, device: str, cache_dir: str) -> bool:
     """Whether solution code on `device` runs jailed, by `[hardening] sandbox`: "on" (or refuse to
-    run), "off", or "auto": where available, on the CPU path; on a GPU only once the sandbox has been
-    measured there (not yet: a CUDA context under a uid of its own is untested). `cache_dir`: where
-    its builds go, which the jailed build must reach."""
+    run), "off", or "auto": wherever available (bench/results/sandbox-gpu.md measures it on a GPU).
+    `cache_dir`: where its builds go, which the jailed build must reach."""
     if setting == "off":
         return False
     why = available((cache_dir,))
@@ -89,7 +88,7 @@ def wanted(setting: str, device: str, cache_dir: str) -> bool:
         if why is not None:
             raise SandboxUnavailable(f"the sandbox is required and unavailable: {why}")
         return True
-    return why is None and device == "cpu"
+    return why is None
 
 
 MAX_DEPTH = 64  # folders deeper than this in a solution's tree are left alone (os.walk recursed: 1,600 deep crashed the parent)
@@ -235,6 +234,25 @@ class Jails:
         self._live: set[int] = set()
         self._groups: dict[str, int] = {}  # a solution's build folder -> its group, for this parent's life
         self._base: Optional[Path] = None
+        self._off: set[int] = set()  # CPUs no jail may run on (keep_off)
+
+    def keep_off(self, cpus: set[int]) -> None:
+        """No jail made from now on may run on `cpus` (the CPUs references are timed on): a jail's
+        timers fire on the CPU that armed them, frozen or not, and interrupt work is charged to
+        whatever runs there (a helper's attack: 300 timerfds each watched through 1,660 epoll
+        instances slowed a reference on the jail's CPU 2.2x). Held by each jail's cpuset group, which
+        nothing inside can widen; where there is none, by nothing (`cgroups.confines`)."""
+        with self._lock:
+            self._off |= set(cpus)
+
+    def allowed_cpus(self) -> Optional[set[int]]:
+        """Where a jail may run; None: anywhere."""
+        from .cpus import available
+        with self._lock:
+            if not self._off:
+                return None
+            rest = set(available()) - self._off
+        return rest or None
 
     def group(self, ext_dir: Path) -> int:
         """The group of the solution whose build folder is `ext_dir`: drawn at random the first time
@@ -284,6 +302,9 @@ class Jails:
             open_to(ext_dir, gid)
         from . import cgroups
         groups = cgroups.make(f"jail-{uid}", memory_bytes or default_memory_cap(), NPROC)
+        allowed = self.allowed_cpus()
+        if allowed:
+            cgroups.confine(groups, allowed)
         return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups)
 
     def release(self, jail: Jail) -> None:
@@ -297,6 +318,16 @@ class Jails:
 
 
 JAILS = Jails()
+
+
+def keep_off_references(cuda: bool, cpu_threads: int, pairs=()) -> None:
+    """Keep every jail made from now on off the CPUs references are timed on: on a GPU each slot's
+    reference CPU (`cpus.slot_cpus`: (reference, candidate) CPU pairs), on the CPU path the top
+    `cpu_threads` (`cpus.cpu_path_split`)."""
+    from . import cpus
+    off = cpus.reference_cpus(pairs) if cuda else set(cpus.available()) - cpus.cpu_path_split(cpu_threads)[0]
+    if off:
+        JAILS.keep_off(off)
 
 
 def memory_cap(jail_memory_gb: float) -> Optional[int]:

@@ -24,15 +24,21 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
     timing, background = cpus.plan(1, [0, 1], lambda c: {0, 1})  # a 2-CPU VM: nothing to spare
     assert timing == [1] and background is None
     assert cpus.plan(3, [0, 1], lambda c: {c}) == ([1, 0, None], None)
+    # a CPU a side: the reference's kept from jails with its siblings, the candidate's beside it
+    assert cpus.slot_cpus(1, list(range(16)), smt) == ([(15, 14)], set(range(16)) - {6, 7, 14, 15})
+    assert cpus.slot_cpus(2, list(range(16)), smt) == ([(15, 14), (13, 12)], set(range(16)) - {4, 5, 6, 7, 12, 13, 14, 15})
+    assert cpus.reference_cpus([(15, 14), (13, 12)], smt) == {7, 15, 5, 13}
+    assert cpus.slot_cpus(1, [0, 1], lambda c: {c}) == ([(1, 1)], None)  # too small: one shared
+    assert cpus.reference_cpus([(1, 1)], lambda c: {c}) == set()
 
     allowed = sorted(os.sched_getaffinity(0))
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         before = os.sched_getaffinity(p.pid)
-        with cpus.pinned([p.pid, None], allowed[-1]):
+        with cpus.pinned([(p.pid, allowed[-1]), (None, allowed[0])]):
             assert os.sched_getaffinity(p.pid) == {allowed[-1]}
         assert os.sched_getaffinity(p.pid) == before
-        with cpus.pinned([p.pid], None):  # no timing CPU (the CPU path): left alone
+        with cpus.pinned([(p.pid, None)]):  # no timing CPU (the CPU path): left alone
             assert os.sched_getaffinity(p.pid) == before
     finally:
         p.kill()
@@ -106,8 +112,8 @@ def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, c
         assert set(seen.values()) == {frozenset(allowed)}
         gate = SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, timing_cpu=timing_cpu), "full", None,
                            lender=lender).gate
-        assert gate.lender is lender
-        with cpus.pinned([timed.pid], gate.timing_cpu, gate.lender):
+        assert gate.lender is lender and gate.cand_cpu == timing_cpu  # no CPU of its own: the reference's
+        with cpus.pinned([(timed.pid, gate.timing_cpu)], gate.lender):
             assert os.sched_getaffinity(timed.pid) == {timing_cpu}
             assert set(masks(build.pid).values()) == {frozenset(background)}
             build.stdin.write("fork\n")

@@ -156,7 +156,10 @@ def test_cuda_graph_falls_back_when_forward_cannot_be_captured(fixture):
     detail = f"error={r.error!r}\nlog={r.log_tail!r}\nflags={r.flags}\nmethod={r.timing_method}"
     assert r.status.value == "passed", detail
     assert "cuda_graph_unavailable" in r.flags, detail
-    assert sorted(r.flags) == ["cuda_graph_unavailable"], detail
+    # its host sync makes its side host-bound, timed in several processes whose offsets may widen the
+    # interval of its few-microsecond kernels past 1% (short_kernel, as the fixture's own header allows)
+    assert sorted(set(r.flags) - {"short_kernel"}) == ["cuda_graph_unavailable"], detail
+    assert ("short_kernel" in r.flags) == (1.96 * r.timing_method["process_bias_rel"] > 0.01), detail
     assert r.timing_method["cuda_graph"] is False, detail
     assert r.timing_method["method"] == "cuda_events", detail
     assert r.speedup and r.speedup > 0, detail
@@ -359,3 +362,47 @@ def test_a_gpu_that_answers_is_not_taken_for_lost():
     took = time.perf_counter() - t0
     assert "CUDA_ERROR_NO_DEVICE" in (gpu_lost({"CUDA_VISIBLE_DEVICES": ""}) or "")
     print(f"gpu_lost check: {took:.2f} s")
+
+
+@gpu
+@pytest.mark.skipif(__import__("harness.sandbox", fromlist=["available"]).available() is not None
+                    or not __import__("harness.cgroups", fromlist=["confines"]).confines(),
+                    reason="no sandbox with a cpuset group here")
+def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_miss_the_reference(monkeypatch):
+    """On a GPU slot the reference is timed on a CPU no jail may run on, the candidate on one beside
+    it (cpus.slot_cpus, sandbox.Jails.keep_off). interrupt_storm.py (launch_chain's forward, then
+    300 timerfds re-armed to fire while the reference is timed, each watched through 1,660 epoll
+    instances) lands its interrupts on its own CPU, which slows its own timed calls: they pass slower
+    or, their host work out of step with what they report, are rejected (seen on an H100). With one
+    CPU shared by both sides and the jail allowed on it (as before), the same attack is measured and
+    printed."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from harness import cpus
+    from harness.evaluation import evaluate
+    from harness.sandbox import JAILS
+    cache = Path(tempfile.mkdtemp(prefix="storm-gpu-"))
+    os.chmod(cache, 0o755)
+    attack, prob = ROOT / "tests/adversarial/sandbox/interrupt_storm.py", ROOT / "tests/problems/launch_chain.py"
+    try:
+        cfg = make_config(**{"device": "cuda", "cache_dir": str(cache), "hardening.sandbox": "on"})
+        r = evaluate(attack, prob, cfg)
+        detail = f"{r.status} {r.speedup} {r.flags} {r.error}"
+        print("storm, CPUs apart:", detail)
+        assert "own_uid" in r.protections and r.status.value in ("passed", "rejected"), detail
+        assert r.speedup is None or r.speedup < 1.25, detail
+        ref_cpu, cand_cpu = cpus.slot_cpus(1)[0][0]
+        assert ref_cpu in JAILS._off and cand_cpu not in JAILS._off, (ref_cpu, cand_cpu, JAILS._off)
+        with monkeypatch.context() as m:
+            plan = cpus.plan
+            m.setattr(cpus, "slot_cpus", lambda n, *a, **k: ([(c, c) for c in plan(n)[0]], plan(n)[1]))
+            m.setattr(JAILS, "_off", set())
+            shared = evaluate(attack, prob, cfg)
+        tm = shared.timing_method or {}
+        print("storm, one CPU shared:", shared.status, shared.speedup, shared.flags, shared.error,
+              {k: tm.get(k) for k in ("timing_cpu", "cand_timing_cpu", "ref_launch_leaked_calls", "host_bound")})
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)

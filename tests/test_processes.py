@@ -12,11 +12,11 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
     """Real processes on the CPU path: three pairs measured, the record says so and gives each pair's
     medians, every pair's calls pooled; a second solution of the problem reuses the session's
     further reference processes instead of starting new ones. The candidate's further processes,
-    started at once, each poison at most FURTHER_POISON_BYTES of the GPU's memory, not a quarter."""
+    started at once, each poison (on a GPU) at most POISON_BYTES of its memory, as the reference does."""
     from harness.evaluation import evaluate
     from harness.stages import candidate
     from harness.problems import find_problem
-    from harness.reference import ReferenceSession
+    from harness.reference import POISON_BYTES, ReferenceSession
     setups = []
 
     class Recorded(candidate.Worker):
@@ -37,7 +37,10 @@ def test_an_honest_solution_timed_in_three_processes_a_side_and_the_references_k
         # every pair contributes its kept calls (at least cpu_min_calls each)
         assert r.runtime_stats.count >= 3 * cfg.timing.cpu_min_calls
         assert r.phases.processes_s > 0
-        assert [st.poison_max_bytes for st in setups] == [None] + [candidate.FURTHER_POISON_BYTES] * 2
+        assert len(setups) == 3 and {st.poison_max_bytes for st in setups} == {None}  # the CPU path: none
+        gpu_ref = ReferenceSession(prob, cfg, "cuda", "small", None)
+        assert gpu_ref.setup_for("reference").poison_max_bytes == POISON_BYTES
+        assert gpu_ref.setup_for("candidate").poison_max_bytes == POISON_BYTES
         extra = [w.pid for w in ref.extra]
         assert len(extra) == 2 and all(w.returncode is None for w in ref.extra)
         r2 = evaluate(ROOT / "tests/fixtures/cpu/honest_cpp.py", prob, cfg, reference=ref)

@@ -110,7 +110,10 @@ def test_required_where_unavailable_refuses_to_run(monkeypatch):
     monkeypatch.setattr(sb, "available", lambda reach=(): "not root")
     with pytest.raises(sb.SandboxUnavailable):
         sb.wanted("on", "cpu", "/tmp")
-    assert sb.wanted("auto", "cpu", "/tmp") is False
+    assert sb.wanted("auto", "cpu", "/tmp") is False and sb.wanted("auto", "cuda", "/tmp") is False
+    monkeypatch.setattr(sb, "available", lambda reach=(): None)  # where it can be had, on both paths
+    assert sb.wanted("auto", "cpu", "/tmp") and sb.wanted("auto", "cuda", "/tmp")
+    assert sb.wanted("off", "cuda", "/tmp") is False
 
 
 def test_root_never_follows_what_a_jailed_build_left_in_its_folder(open_dir):
@@ -322,6 +325,35 @@ def test_the_build_jail_takes_the_configured_memory_cap_and_stale_groups_are_cle
         assert not stale.exists()
 
 
+@pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["confines"]).confines(),
+                    reason="no cpuset control group here")
+def test_every_jail_a_build_s_too_is_kept_off_the_cpus_references_are_timed_on(open_dir, monkeypatch):
+    """A jail's timers fire on the CPU that armed them, and a build's jail runs beside other
+    evaluations' timing in a batch: every jail, the build's included, is made in a cpuset group
+    without the references' CPUs (sandbox.Jails.keep_off; on the CPU path cpus.cpu_path_split, on a
+    GPU each slot's reference CPU, cpus.slot_cpus). The solution here reports its CPUs from its
+    build's import; with nothing kept off (as before) it had the reference's too."""
+    from harness import cpus, sandbox
+    from harness.sandbox import JAILS
+    if len(cpus.available()) < 2:
+        pytest.skip("needs two CPUs")
+    prob = _problem_copy(open_dir)
+    sol = open_dir / "where_am_i.py"
+    sol.write_text("# problem: relu_add (a build child runs it: load_inline)\nimport os\n"
+                   "raise RuntimeError('cpus=' + ','.join(map(str, sorted(os.sched_getaffinity(0)))))\n")
+    jail_cpus, ref_cpus = cpus.cpu_path_split(1)
+    monkeypatch.setattr(JAILS, "_off", set())
+
+    def reported(cache):
+        r = _evaluate(sol, prob, open_dir / cache, "on")
+        assert r.status.value == "runtime_error" and r.phases.load_s == 0.0, (r.status, r.error)  # its build's
+        return {int(c) for c in r.error.split("cpus=")[1].split()[0].split(",")}
+    assert reported("cache") == jail_cpus and not reported("cache") & ref_cpus
+    monkeypatch.setattr(JAILS, "_off", set())
+    monkeypatch.setattr(sandbox, "keep_off_references", lambda *a, **k: None)
+    assert reported("cache2") & ref_cpus  # the defence undone
+
+
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
     can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
@@ -349,6 +381,7 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
 
     from harness import cpus
     from harness.process import worker as worker_mod
+    from harness.sandbox import JAILS
 
     @contextmanager
     def not_held(*a, **k):
@@ -357,6 +390,7 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
     monkeypatch.setattr(cpus, "cpu_path_split", lambda n, *a, **k: (set(cpus.available()), set(cpus.available())))
+    monkeypatch.setattr(JAILS, "_off", set())  # kept off by earlier evaluations of this process
     monkeypatch.setattr(cpus, "held_to", not_held)
     with monkeypatch.context() as m:
         m.setattr(worker_mod, "freeze", lambda groups, frozen, wait_s=0.1: None)  # as where none can freeze
@@ -420,6 +454,7 @@ def test_a_jailed_solution_is_held_to_as_many_cpus_as_the_reference_and_apart_fr
     from contextlib import contextmanager
 
     from harness import cpus
+    from harness.sandbox import JAILS
     prob = open_dir / "problem" / "linear_relu.py"
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
@@ -437,6 +472,7 @@ def test_a_jailed_solution_is_held_to_as_many_cpus_as_the_reference_and_apart_fr
     with monkeypatch.context() as mp:  # the reference's CPUs not kept from the jail: the storm reaches it
         split = cpus.cpu_path_split
         mp.setattr(cpus, "cpu_path_split", lambda n, *a, **k: (split(n)[1], split(n)[1]))
+        mp.setattr(JAILS, "_off", set())
         storm = _evaluate(ATTACKS / "interrupt_storm.py", prob, open_dir / "cache", "on", size="full")
         if idle:
             assert storm.status.value == "passed" and storm.speedup > 1.5, (storm.status, storm.speedup)

@@ -5,7 +5,7 @@ of lane time).
 Runs `harness batch` in this process on the throughput bench's linear_relu and softmax_wide solutions
 (built first into a fresh cache, then a measured warm run, and with `--also KEY=VALUE` one more warm
 run with that [batch] setting too), with the worker channel instrumented. For every further process
-(a candidate setup with `poison_max_bytes`) it prints, in seconds from its take: what the standby
+(every candidate setup taken from the pool, each solution's first too) it prints, in seconds from its take: what the standby
 pool held (done: primed), when its load, build and first timing request were answered, and how long
 it had been stopped (others' timing) by then. Loads are read one after another, so a process's load
 time includes waiting for the ones before it.
@@ -53,7 +53,7 @@ def main() -> None:
         with self._cv:  # what the pool held: primed (done), priming, queued or starting
             states = [self._state.get(id(w), "unprimed") for w in self.pool]
         w = real_take(self, setup, env, timeout, on_worker)
-        if setup.get("poison_max_bytes") is not None:  # a further process
+        if setup.get("role") == "candidate":
             with lock:
                 procs[id(w)] = {"t0": t0, "take": time.perf_counter() - t0, "pooled": ",".join(states) or "empty"}
         return w

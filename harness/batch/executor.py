@@ -93,7 +93,8 @@ class DeviceSlot:
     device: str                    # "cuda" | "cpu"
     env: dict[str, str] = field(default_factory=dict)
     concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
-    timing_cpu: Optional[int] = None  # the host CPU its timed processes run on (cpus.py)
+    timing_cpu: Optional[int] = None  # the host CPU its reference is timed on (cpus.py)
+    cand_cpu: Optional[int] = None    # ...and its candidate; None: the same one
     gpu_name: Optional[str] = None  # its GPU's model (devices.probe_gpus): part of a kept need's key
     background_cpus: Optional[set[int]] = None  # where its standbys start up; None: anywhere
     stop_untimed: bool = True      # timing stops untimed phases in child processes (sharing.py)
@@ -271,6 +272,7 @@ class SlotRuntime:
         # (process.standby.Standby) runs GPU work, and timing must stop it like any untimed phase
         shared = self.concurrency > 1 or self.slot.device == "cuda"
         self.gate: DeviceGate = (DeviceGate if shared else SoloGate)(timing_cpu=self.slot.timing_cpu,
+                                                                     cand_cpu=self.slot.cand_cpu,
                                                                      stop_untimed=self.slot.stop_untimed,
                                                                      lender=lender)
         self.sessions: OrderedDict[str, object] = OrderedDict()  # reusable, by problem key

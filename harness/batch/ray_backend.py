@@ -31,6 +31,24 @@ def available() -> Optional[str]:
     return None
 
 
+def node_gpus() -> int:
+    """The GPUs of this node, whatever this process may see (the driver lists them all)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def compile_on_node(task: CompileTask, lender=None) -> CompileOutcome:
+    """compile_item, its jail kept off the CPUs this node's references are timed on (each of the
+    node's slot actors picks its own by its GPU's index, as `SlotActor` does here)."""
+    from .. import cpus
+    from ..sandbox import keep_off_references
+    cuda = task.device == "cuda"
+    keep_off_references(cuda, task.cfg.timing.cpu_threads, cpus.slot_cpus(node_gpus())[0] if cuda else ())
+    return compile_item(task, lender)
+
+
 class SlotActor:
     """One device slot's SlotRuntime, in a Ray actor process. A GPU slot's actor is given one GPU by
     Ray, and its children see that one (whatever index the driver's slot name had)."""
@@ -46,8 +64,10 @@ class SlotActor:
             # a timing CPU of this node's own, by the GPU's index: the actors of one node take
             # different ones without asking each other (cpus.plan takes them from the top)
             rank = ids[0] if ids else 0
-            timing, background = cpus.plan(rank + 1)
-            slot.timing_cpu, slot.background_cpus = timing[rank], background
+            pairs, background = cpus.slot_cpus(max(rank + 1, node_gpus()))
+            (slot.timing_cpu, slot.cand_cpu), slot.background_cpus = pairs[rank], background
+            from ..sandbox import keep_off_references
+            keep_off_references(True, 1, pairs)  # every slot's of this node, not only its own
         # each actor admits against its own node's memory (memory.py reads the host's and GPU's free),
         # and closes its idle references while memory is short, as LocalExecutor's slots do
         admission = Admission(host_gb, gpu_gb)
@@ -69,9 +89,9 @@ class SlotActor:
         return self.rt.gate.backgrounded, self.rt.references_started, self.rt.gate.overdue
 
     def where(self) -> dict:
-        """Where this slot's work runs: its process, the GPUs its children see, its timing CPU."""
+        """Where this slot's work runs: its process, the GPUs its children see, its timing CPUs."""
         return {"pid": os.getpid(), "visible": self.rt.slot.env.get("CUDA_VISIBLE_DEVICES"),
-                "timing_cpu": self.rt.slot.timing_cpu}
+                "timing_cpu": self.rt.slot.timing_cpu, "cand_cpu": self.rt.slot.cand_cpu}
 
 
 def _settled(ray_future: Future, failed) -> Future:
@@ -106,7 +126,7 @@ class RayExecutor:
             env = {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      runtime_env={"env_vars": env})
-        self._compile = ray.remote(num_cpus=1, max_retries=0)(compile_item)
+        self._compile = ray.remote(num_cpus=1, max_retries=0)(compile_on_node)
         actor = ray.remote(SlotActor)
         self._actors = {
             s.name: actor.options(num_cpus=0, num_gpus=1 if s.device == "cuda" else 0,

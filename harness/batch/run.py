@@ -259,13 +259,18 @@ def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wor
         executor = RayExecutor(slots, workers, size, dtype, address, host_gb=cfg.memory.host_gb,
                                gpu_gb=cfg.memory.gpu_gb)
         return executor, None, {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
+    from ..sandbox import keep_off_references
     background, lender = None, None
-    if device == "cuda":  # a timing CPU per GPU, kept free of builds and standbys (cpus.py)
-        timing_cpus, background = cpus.plan(len(slots))
-        for s, c in zip(slots, timing_cpus):
-            s.timing_cpu, s.background_cpus = c, background
+    if device == "cuda":  # timing CPUs per GPU, kept free of builds and standbys (cpus.py)
+        pairs, background = cpus.slot_cpus(len(slots))
+        for s, (ref, cand) in zip(slots, pairs):
+            s.timing_cpu, s.cand_cpu, s.background_cpus = ref, cand, background
         if cfg.batch.lend_timing_cpus:  # ...but lent to the builds while nothing is timed there
-            lender = cpus.Lender.plan(timing_cpus, background)
+            lender = cpus.Lender.plan(sorted({c for p in pairs for c in p if c is not None}, reverse=True),
+                                      background)
+        keep_off_references(True, cfg.timing.cpu_threads, pairs)
+    else:
+        keep_off_references(False, cfg.timing.cpu_threads)
     build_cpus = lender.mask() if lender else background
     workers, jobs = compile_plan(device, compile_workers, len(build_cpus) if build_cpus else None)
     executor = LocalExecutor(slots, workers, size, dtype, lender=lender,

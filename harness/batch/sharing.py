@@ -43,10 +43,12 @@ if TYPE_CHECKING:
 
 class DeviceGate:
     def __init__(self, record: bool = False, timing_cpu: Optional[int] = None, stop_untimed: bool = True,
-                 lender: Optional["Lender"] = None):
-        # the host CPU both sides of a GPU timing run on (cpus.py); None: wherever they are
+                 lender: Optional["Lender"] = None, cand_cpu: Optional[int] = None):
+        # the host CPUs the reference and the candidate of a GPU timing run on (cpus.slot_cpus);
+        # None: wherever they are; a cand_cpu of None: the reference's
         self.timing_cpu = timing_cpu
-        self.lender = lender  # a batch's cpus.Lender: builds borrow timing_cpu while nothing is timed
+        self.cand_cpu = timing_cpu if cand_cpu is None else cand_cpu
+        self.lender = lender  # a batch's cpus.Lender: builds borrow the timing CPUs while nothing is timed
         # False: stoppable phases are shared ones, waited for ([batch] stop_untimed_phases)
         self.stop_untimed = stop_untimed
         self._cv = threading.Condition()

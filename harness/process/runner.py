@@ -65,6 +65,7 @@ class Runner:
                               import_s=f"{time.perf_counter() - t2:.3f}")
         else:
             self.cls = getattr(self.problem, "Model", None)
+            self._poison()  # its allocator laid out as the candidate's
         self.base_rss = _rss()  # a trial's working memory is what the process grows beyond this
         # outputs that stayed on the device (TrialsCommand.share): a candidate's exported ones, alive
         # until its next command; a reference's kept ones by trial token, for JudgeCommand
@@ -76,11 +77,15 @@ class Runner:
     def _poison(self) -> None:
         """Fill memory the candidate might inherit with NaN: a kernel that returns torch.empty()
         without writing it reads NaN, never a stale answer. (Separate processes already keep the
-        reference's outputs out of reach; this covers the candidate's own earlier calls too.)"""
+        reference's outputs out of reach; this covers the candidate's own earlier calls too.)
+        The reference does the same, so that both sides' tensors are carved alike from one cached
+        block: with the candidate's alone poisoned, an identity of level2/61 (ConvTranspose3d) ran
+        6.5% faster than its reference in every run on an H100, 1.00 with both.
+        bench/results/kernelbench-level2-NVIDIA_H100_80GB_HBM3.md"""
         torch = self.torch
-        if self.device == "cuda":
+        if self.device == "cuda" and self.setup.poison_max_bytes:
             free, _ = torch.cuda.mem_get_info()
-            n = max(min(int(free * 0.25), int(self.setup.poison_max_bytes or 8 << 30)) // 4, 1)
+            n = max(min(int(free * 0.25), int(self.setup.poison_max_bytes)) // 4, 1)
             blk = torch.full((n,), float("nan"), device="cuda")
             torch.cuda.synchronize()
             del blk  # stays in the caching allocator, NaN-filled, for the candidate's allocations

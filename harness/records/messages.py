@@ -56,7 +56,8 @@ class Setup(_Strict):
     dtype: Optional[str] = None
     cpu_threads: Optional[int] = None
     allow_tf32: bool = False
-    # a further (timing-only) candidate process NaN-fills at most this much of the GPU's memory
+    # how much of the GPU's memory the process NaN-fills and keeps cached at its start (at most a
+    # quarter of what is free): every candidate and reference process alike (process.runner._poison)
     poison_max_bytes: Optional[int] = None
     # environment a standby could not start with (process.standby.LATE_ENV), set before the role runs
     env: dict[str, str] = Field(default_factory=dict)

@@ -13,12 +13,6 @@ from ..timing.measure import warm_up
 from .build import Built
 from .context import Context, answer, ask, wait_load
 
-# A further process (timing only) poisons less of the GPU's memory: several start at once, each sees
-# the same free memory, and 7 taking 8 GB each ran an H100 out of it. Its outputs are checked by
-# fingerprints.
-FURTHER_POISON_BYTES = 1 << 30
-
-
 class CandidateProcesses:
     """`first` runs the trials and the first timing pair; `further` are the timing-only ones. All of
     them are registered with the device slot's gate, which stops them while others are timed."""
@@ -36,15 +30,13 @@ class CandidateProcesses:
 
     def _spawn(self, phase, further: bool = False) -> Worker:
         """A candidate's process, stopped by others' timing from its start."""
-        s = self.setup.model_copy(update={"poison_max_bytes": FURTHER_POISON_BYTES}) if further else self.setup
+        s = self.setup
         jail = None
         if self.ctx.jailed:
             from ..sandbox import JAILS
             from ..sandbox import memory_cap
+            # never on the CPUs a reference is timed on (JAILS.keep_off)
             jail = JAILS.make(self.built.ext_dir, self.built.module, memory_cap(self.ctx.cfg.hardening.jail_memory_gb))
-            if not self.ctx.cuda:  # never on the CPUs a reference is timed on (cpus.cpu_path_split)
-                from .. import cgroups, cpus
-                cgroups.confine(jail.cgroups, cpus.cpu_path_split(self.ctx.cfg.timing.cpu_threads)[0])
             s = s.model_copy(update={"jail": jail, "solution_path": jail.solution_path})
         try:
             if self.ctx.standby:

@@ -59,12 +59,12 @@ class PairTimer:
         ctx, cfg = self.ctx, self.ctx.cfg
         gate, standby = ctx.gate, ctx.standby
         # nothing else on this device or beside it while either side is timed (this evaluation's
-        # other processes included), and on a GPU both sides on the same host CPU (cpus.py)
+        # other processes included), and on a GPU each side on its slot's host CPU for it (cpus.py)
         # on the CPU path each side on timing.cpu_threads CPUs of its own, the candidate's jail held
         # there by its cpuset: more threads than the reference's buy no more cores
         on_cpu = cpus.held_to(cfg.timing.cpu_threads, c.pid, c.groups, r.pid) if not ctx.cuda else nullcontext()
-        with gate.exclusive(keep=(c, r)) as held, cpus.pinned(
-                [c.pid, r.pid], gate.timing_cpu if ctx.cuda else None, gate.lender), on_cpu as how:
+        placement = [(c.pid, gate.cand_cpu), (r.pid, gate.timing_cpu)] if ctx.cuda else []
+        with gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how:
             if not ctx.cuda:
                 self.cpus_held = how
             busy = held.preempted or self.not_quiet_since is not None
@@ -341,7 +341,8 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         # calls whose launching outlasted hold and flush, so part of it is inside their interval
         "cand_launch_leaked_calls": m.cand.leaked if cuda else None,
         "ref_launch_leaked_calls": m.ref.leaked if cuda else None,
-        "timing_cpu": ctx.gate.timing_cpu if cuda else None,  # both sides' host CPU (cpus.py)
+        "timing_cpu": ctx.gate.timing_cpu if cuda else None,  # the reference's host CPU (cpus.py)
+        "cand_timing_cpu": ctx.gate.cand_cpu if cuda else None,  # the candidate's
         "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": t.round_calls,
         "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
         "target_rel_sem": t.target_rel_sem, "budget_s": t.budget_s,
