@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 CPP = "torch::Tensor relu_cuda(torch::Tensor x);"
 CU = r"""
 #include <torch/extension.h>
@@ -79,20 +80,10 @@ def cpu_run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[float,
 
 
 def pch_command(main: list[str], include: Path, out: Path) -> list[str]:
-    """main.o's command turned into a PCH build of <torch/extension.h>: no extension name, no
-    dependency file, no source."""
-    argv, skip = [], 0
-    for i, a in enumerate(main):
-        if skip:
-            skip -= 1
-            continue
-        if a in ("-MF", "-o"):
-            skip = 1
-            continue
-        if a in ("-MMD", "-c") or a.startswith("-DTORCH_EXTENSION_NAME=") or a.endswith("main.cpp"):
-            continue
-        argv.append(a)
-    return argv + ["-x", "c++-header", str(include / "torch" / "extension.h"), "-o", str(out)]
+    """main.o's command turned into a PCH build of <torch/extension.h> (harness/pch.py builds the
+    same): no extension name, no dependency file, no source."""
+    from harness.pch_cxx import flags
+    return [main[0]] + flags(main[1:]) + ["-x", "c++-header", str(include / "torch" / "extension.h"), "-o", str(out)]
 
 
 def main() -> int:

@@ -238,7 +238,7 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
         # its processes (a daemon too) gone first, then the folder it wrote made its solution's group's
         w.on_close.append(lambda: (JAILS.release(jail), open_to(ext_dir, jail.gid)))
     if idle:
-        _background(w.proc.pid)
+        idle_priority(w.proc.pid)
     if lender is not None:
         lender.track(w.proc.pid)
     try:
@@ -259,7 +259,7 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
         w.close()
 
 
-def _background(pid: int) -> None:
+def idle_priority(pid: int) -> None:
     """Builds take only CPU that evaluations leave idle (SCHED_IDLE, else nice 19), so a build beside
     a timed run does not disturb its clocks. Inherited by ninja and the compiler."""
     try:

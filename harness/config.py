@@ -138,6 +138,7 @@ class Batch(_Section):
     quiet_max_s: float = 10.0
     cpu_concurrent_evaluations: int = Field(1, ge=1)
     lend_timing_cpus: bool = True
+    precompiled_header: bool = False
 
 
 class Memory(_Section):

@@ -58,7 +58,7 @@ def kill_children() -> None:
 
 def compile_plan(device: str, workers: Optional[int] = None, cores: Optional[int] = None) -> tuple[int, int]:
     """(parallel builds, compiler jobs per build). As many builds as cores, at SCHED_IDLE priority
-    (build._background), so they only take CPU that evaluations leave idle. A CUDA extension
+    (build.idle_priority), so they only take CPU that evaluations leave idle. A CUDA extension
     compiles its .cpp and its .cu at once (2 jobs), but not for long: ninja's logs show the .cpp done
     in about a third of the .cu's time, which then compiles alone. Half as many builds as cores left
     half the cores idle for most of each build, in two slow waves (a cold batch 10-20% slower;
@@ -260,6 +260,9 @@ def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wor
                                gpu_gb=cfg.memory.gpu_gb)
         return executor, None, {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     from ..sandbox import keep_off_references
+    if cfg.batch.precompiled_header:  # before any build or standby takes its environment
+        from .. import pch
+        pch.start(Path(cfg.cache_dir), device)
     background, lender = None, None
     if device == "cuda":  # timing CPUs per GPU, kept free of builds and standbys (cpus.py)
         pairs, background = cpus.slot_cpus(len(slots))
