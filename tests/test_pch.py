@@ -35,15 +35,13 @@ def test_a_header_is_offered_only_for_the_flags_it_was_built_with(tmp_path):
 
 
 @pytest.fixture
-def compiler_env():
-    keys = ("CXX", "HARNESS_REAL_CXX", "HARNESS_PCH_ROOT", "HARNESS_PYTHON")
-    saved = {k: os.environ.get(k) for k in keys}
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
+def compiler_env(monkeypatch):
+    """pch.enable sets the compiler for this process's later builds: put back after the test."""
+    for k in ("CXX", "HARNESS_REAL_CXX", "HARNESS_PCH_ROOT", "HARNESS_PYTHON"):
+        if k in os.environ:
+            monkeypatch.setenv(k, os.environ[k])
         else:
-            os.environ[k] = v
+            monkeypatch.delenv(k, raising=False)
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="needs ninja")
