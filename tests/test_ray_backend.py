@@ -68,6 +68,36 @@ def test_a_task_ray_lost_is_an_items_error_not_the_batchs():
     assert b.result().error is None
 
 
+def test_a_slot_whose_actor_dies_is_lost_and_its_item_moves():
+    """A real actor killed (as its node going would) while an evaluation waits on it: the outcome
+    says the slot's device is lost (`device_lost`), so the pipeline takes the slot out and runs the
+    item again on another one (pipeline.Pipeline._lose, tested with a fake executor in
+    test_batch.py); other Ray failures stay the item's error."""
+    ray = pytest.importorskip("ray")
+    import time
+
+    from harness.batch.executor import EvalOutcome
+    from harness.batch.ray_backend import _settled
+
+    @ray.remote
+    class Slow:
+        def evaluate(self):
+            time.sleep(60)
+
+    def outcome(e, lost=False):
+        return EvalOutcome(index=1, slot="cuda:1", error=e, device_lost=f"gone: {e}" if lost else None)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        a = Slow.remote()
+        pending = _settled(a.evaluate.remote().future(), outcome, lambda e: outcome(e, lost=True))
+        time.sleep(1.0)
+        ray.kill(a)
+        got = pending.result(timeout=60)
+        assert got.device_lost and "Actor" in got.error, got
+    finally:
+        ray.shutdown()
+
+
 def test_each_gpu_slot_is_an_actor_that_sees_the_gpu_ray_gave_it():
     """The GPU actors' logic on the CPU: a local Ray told it has two GPUs places one slot actor on
     each, and each actor's children see that GPU alone (CUDA_VISIBLE_DEVICES from Ray's assignment,

@@ -94,19 +94,30 @@ class SlotActor:
                 "timing_cpu": self.rt.slot.timing_cpu, "cand_cpu": self.rt.slot.cand_cpu}
 
 
-def _settled(ray_future: Future, failed) -> Future:
-    """A future that always holds an outcome: Ray's own failures (a task or actor lost with its node,
-    an object not deserialised) become `failed(error)`, which the pipeline reports as a harness
-    failure of that item (no record: `--resume` runs it again), not an exception out of the batch."""
+def _settled(ray_future: Future, failed, gone=None) -> Future:
+    """A future that always holds an outcome: Ray's own failures (a task lost with its node, an
+    object not deserialised) become `failed(error)`, which the pipeline reports as a harness failure
+    of that item (no record: `--resume` runs it again), not an exception out of the batch; an actor
+    gone (its process or node died) becomes `gone(error)` where given: its slot lost, the item moved
+    to another slot as from a lost GPU (pipeline.Pipeline._lose)."""
     out: Future = Future()
 
     def done(f: Future) -> None:
         try:
             out.set_result(f.result())
         except BaseException as e:  # noqa: BLE001 - whatever Ray raised, as the item's error
-            out.set_result(failed(f"{type(e).__name__}: {e}"))
+            msg = f"{type(e).__name__}: {e}"
+            out.set_result(gone(msg) if gone is not None and _actor_gone(e) else failed(msg))
     ray_future.add_done_callback(done)
     return out
+
+
+def _actor_gone(e: BaseException) -> bool:
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:
+        return False
+    return isinstance(e, RayActorError)
 
 
 class RayExecutor:
@@ -126,7 +137,9 @@ class RayExecutor:
             env = {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      runtime_env={"env_vars": env})
-        self._compile = ray.remote(num_cpus=1, max_retries=0)(compile_on_node)
+        # a build lost with its node runs again elsewhere (Ray retries system failures only: an
+        # exception of the harness's stays one)
+        self._compile = ray.remote(num_cpus=1, max_retries=1)(compile_on_node)
         actor = ray.remote(SlotActor)
         self._actors = {
             s.name: actor.options(num_cpus=0, num_gpus=1 if s.device == "cuda" else 0,
@@ -141,7 +154,9 @@ class RayExecutor:
 
     def submit_eval(self, task: EvalTask, slot: DeviceSlot) -> "Future[EvalOutcome]":
         return _settled(self._actors[slot.name].evaluate.remote(task).future(),
-                        lambda e: EvalOutcome(index=task.index, slot=slot.name, error=f"ray: {e}"[:500]))
+                        lambda e: EvalOutcome(index=task.index, slot=slot.name, error=f"ray: {e}"[:500]),
+                        lambda e: EvalOutcome(index=task.index, slot=slot.name, error=f"ray: {e}"[:500],
+                                              device_lost=f"its Ray actor is gone ({e})"[:300]))
 
     def retire(self, problem_key: str) -> None:
         for name, a in self._actors.items():
