@@ -385,32 +385,44 @@ def enter(jail: Jail) -> None:
 # (a helper's attack), and every kernel path behind CAP_SYS_ADMIN-in-a-user-namespace is its to try.
 # clone3 passes its flags in memory a filter cannot read: it fails with ENOSYS, and glibc falls back
 # to clone, whose flags it can.
+# Nor asynchronous I/O (io_setup, io_uring_setup): reads submitted just before its jail is frozen
+# complete while the reference is timed, in interrupt and softirq context on the CPU the disk's
+# interrupt goes to, whatever CPU submitted them: a helper's attack fanned each completion out
+# through 999 epoll instances on a VM whose disk interrupts all went to the reference's CPU, 1.45x
+# passed (tests/adversarial/sandbox/io_completion_storm.py). A blocking read cannot do that: the
+# freezer waits for it to finish before the reference is timed.
 AUDIT_ARCH_X86_64 = 0xC000003E
 NR_CLONE, NR_UNSHARE, NR_CLONE3 = 56, 272, 435
+NR_IO_SETUP, NR_IO_URING_SETUP = 206, 425
 CLONE_NEWUSER = 0x10000000
 
 
 def _filter() -> bytes:
     import struct
     ALLOW, ERRNO = 0x7FFF0000, 0x00050000
-
-    def op(code, k, jt=0, jf=0):
-        return struct.pack("HBBI", code, jt, jf, k)
     LD_W_ABS, JEQ_K, JSET_K, RET_K = 0x20, 0x15, 0x45, 0x06
+    # (code, k, jump-if-true label, jump-if-false label); labels resolved to relative offsets below
     prog = [
-        op(LD_W_ABS, 4),                                # arch
-        op(JEQ_K, AUDIT_ARCH_X86_64, 0, 8),             # another arch: allow (the numbers below are x86-64's)
-        op(LD_W_ABS, 0),                                # syscall number
-        op(JEQ_K, NR_CLONE3, 0, 1),
-        op(RET_K, ERRNO | 38),                          # ENOSYS
-        op(JEQ_K, NR_CLONE, 1, 0),
-        op(JEQ_K, NR_UNSHARE, 0, 3),
-        op(LD_W_ABS, 16),                               # args[0], low half: the flags
-        op(JSET_K, CLONE_NEWUSER, 0, 1),
-        op(RET_K, ERRNO | 1),                           # EPERM
-        op(RET_K, ALLOW),
+        ("arch", LD_W_ABS, 4, None, None),
+        (None, JEQ_K, AUDIT_ARCH_X86_64, None, "allow"),  # another arch: allow (the numbers are x86-64's)
+        (None, LD_W_ABS, 0, None, None),                   # syscall number
+        (None, JEQ_K, NR_CLONE3, None, "not3"),
+        (None, RET_K, ERRNO | 38, None, None),             # ENOSYS
+        ("not3", JEQ_K, NR_IO_SETUP, "eperm", None),
+        (None, JEQ_K, NR_IO_URING_SETUP, "eperm", None),
+        (None, JEQ_K, NR_CLONE, "flags", None),
+        (None, JEQ_K, NR_UNSHARE, None, "allow"),
+        ("flags", LD_W_ABS, 16, None, None),               # args[0], low half: the flags
+        (None, JSET_K, CLONE_NEWUSER, None, "allow"),
+        ("eperm", RET_K, ERRNO | 1, None, None),           # EPERM
+        ("allow", RET_K, ALLOW, None, None),
     ]
-    return b"".join(prog)
+    at = {label: i for i, (label, *_rest) in enumerate(prog) if label}
+
+    def off(i, label):
+        return 0 if label is None else at[label] - i - 1
+    return b"".join(struct.pack("HBBI", code, off(i, jt), off(i, jf), k)
+                    for i, (_l, code, k, jt, jf) in enumerate(prog))
 
 
 def no_user_namespaces() -> bool:
@@ -442,5 +454,5 @@ def protections(jailed: bool) -> list[str]:
             out.append("frozen_while_other_timed")
         import platform
         if platform.machine() == "x86_64":
-            out.append("no_user_namespaces")
+            out += ["no_user_namespaces", "no_async_io"]
     return out

@@ -354,6 +354,32 @@ def test_every_jail_a_build_s_too_is_kept_off_the_cpus_references_are_timed_on(o
     assert reported("cache2") & ref_cpus  # the defence undone
 
 
+def test_a_jailed_solution_cannot_submit_io_that_completes_while_it_is_frozen(open_dir):
+    """io_completion_storm.py (a helper's) submits O_DIRECT reads through Linux AIO at the end of its
+    rounds, not waited for, each completion fanned out through 999 epoll instances: they complete
+    while its jail is frozen and the reference is timed, in interrupt and softirq context on the CPU
+    the disk's interrupt goes to, whichever CPU submitted them. On this project's VM, whose disk
+    interrupts all go to the reference's CPU, that passed at 1.45x (honest 1.00) with every jail kept
+    off that CPU. The jail's seccomp filter refuses io_setup and io_uring_setup (EPERM): the filter
+    in a process of its own refuses them and allows the rest; the attack, jailed, times honestly."""
+    import subprocess
+    import sys
+    code = ("import ctypes, os\nfrom harness.sandbox import no_user_namespaces\nassert no_user_namespaces()\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\nctx = ctypes.c_ulong(0)\nout = []\n"
+            "for nr, args in ((206, (8, ctypes.byref(ctx))), (425, (8, None))):\n"
+            "    out.append((libc.syscall(nr, *args), ctypes.get_errno()))\n"
+            "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint(out, os.getpid() > 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.strip() == "[(-1, 1), (-1, 1)] True", (r.stdout, r.stderr)
+    prob = open_dir / "problem" / "linear_relu.py"
+    prob.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
+    jailed = _evaluate(ATTACKS / "io_completion_storm.py", prob, open_dir / "cache", "on", size="full")
+    assert "no_async_io" in jailed.protections and jailed.status.value == "passed", (jailed.status, jailed.error)
+    assert jailed.speedup < 1.25, jailed.speedup
+
+
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
     can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
