@@ -380,6 +380,31 @@ def test_a_jailed_solution_cannot_submit_io_that_completes_while_it_is_frozen(op
     assert jailed.speedup < 1.25, jailed.speedup
 
 
+def test_the_jails_filter_cannot_be_passed_under_another_abi():
+    """The filter's rules are for x86-64's syscall numbers; a 64-bit process may still make 32-bit
+    syscalls (`int 0x80`, numbers of their own: io_setup 245, unshare 310) or x32's (numbers with bit
+    30 set). The filter used to let every other ABI through: an i386 getpid worked under it. Now any
+    syscall of another ABI is refused (EPERM), and the process's own run normally."""
+    import platform
+    import subprocess
+    import sys
+    if platform.machine() != "x86_64":
+        pytest.skip("the filter is x86-64's")
+    code = ("import ctypes, mmap, os\nfrom harness.sandbox import no_user_namespaces\n"
+            "buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+            "buf.write(bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3]))  # mov eax, 20 (i386 getpid); int 0x80; ret\n"
+            "i386_getpid = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
+            "before = i386_getpid() == os.getpid()\nassert no_user_namespaces()\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\nx32 = (libc.syscall(0x40000000 | 39), ctypes.get_errno())\n"
+            "print(before, i386_getpid(), x32, os.getpid() > 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = r.stdout.strip()
+    if not out.startswith("True"):
+        pytest.skip(f"no 32-bit syscalls on this kernel: {out or r.stderr[-300:]}")
+    assert out == "True -1 (-1, 1) True", (out, r.stderr[-500:])
+
+
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
     can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
