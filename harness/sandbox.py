@@ -406,7 +406,7 @@ def _filter() -> bytes:
     prog = [
         ("arch", LD_W_ABS, 4, None, None),
         # another ABI (a 32-bit `int 0x80` from this 64-bit process, or x32's numbers) would pass every
-        # rule below under numbers of its own: refused whole (a helper's review found `int 0x80` works)
+        # rule below under numbers of its own: refused whole (an i386 getpid through `int 0x80` ran under it)
         (None, JEQ_K, AUDIT_ARCH_X86_64, None, "eperm"),
         (None, LD_W_ABS, 0, None, None),                   # syscall number
         (None, JGE_K, X32_SYSCALL_BIT, "eperm", None),
