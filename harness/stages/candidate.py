@@ -13,6 +13,7 @@ from ..timing.measure import warm_up
 from .build import Built
 from .context import Context, answer, ask, wait_load
 
+
 class CandidateProcesses:
     """`first` runs the trials and the first timing pair; `further` are the timing-only ones. All of
     them are registered with the device slot's gate, which stops them while others are timed."""
@@ -28,7 +29,7 @@ class CandidateProcesses:
     def started(self) -> bool:
         return self.first is not None
 
-    def _spawn(self, phase, further: bool = False) -> Worker:
+    def _spawn(self, phase) -> Worker:
         """A candidate's process, stopped by others' timing from its start."""
         s = self.setup
         jail = None
@@ -84,7 +85,7 @@ class CandidateProcesses:
                 self.ctx.standby.reserve(n)
             new: list[Worker] = []
             for _ in range(n):  # each kept as it starts, so that close() reaches it if a later one fails
-                new.append(self._spawn(phase, further=True))
+                new.append(self._spawn(phase))
                 self.further.append(new[-1])
             gate.register(self.first, *self.further)
             for w in new:
