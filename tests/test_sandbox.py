@@ -354,6 +354,16 @@ def test_every_jail_a_build_s_too_is_kept_off_the_cpus_references_are_timed_on(o
     assert reported("cache2") & ref_cpus  # the defence undone
 
 
+def _run_apart(code: str) -> tuple[str, str]:
+    """`code` in a Python process of its own (the jail's filter installed there stays there):
+    (its output, the end of its errors)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return r.stdout.strip(), r.stderr[-500:]
+
+
 def test_a_jailed_solution_cannot_submit_io_that_completes_while_it_is_frozen(open_dir):
     """io_completion_storm.py (a helper's) submits O_DIRECT reads through Linux AIO at the end of its
     rounds, not waited for, each completion fanned out through 999 epoll instances: they complete
@@ -364,16 +374,13 @@ def test_a_jailed_solution_cannot_submit_io_that_completes_while_it_is_frozen(op
     in a process of its own refuses them and allows the rest; the attack, jailed, times honestly. (Refused
     io_setup, the fixture makes its context as a 32-bit syscall, which passed at 1.46-1.62x until the
     filter refused other ABIs: test_the_jails_filter_cannot_be_passed_under_another_abi.)"""
-    import subprocess
-    import sys
     code = ("import ctypes, os\nfrom harness.sandbox import no_user_namespaces\nassert no_user_namespaces()\n"
             "libc = ctypes.CDLL(None, use_errno=True)\nctx = ctypes.c_ulong(0)\nout = []\n"
             "for nr, args in ((206, (8, ctypes.byref(ctx))), (425, (8, None))):\n"
             "    out.append((libc.syscall(nr, *args), ctypes.get_errno()))\n"
             "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint(out, os.getpid() > 0)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.stdout.strip() == "[(-1, 1), (-1, 1)] True", (r.stdout, r.stderr)
+    out, err = _run_apart(code)
+    assert out == "[(-1, 1), (-1, 1)] True", (out, err)
     prob = open_dir / "problem" / "linear_relu.py"
     prob.parent.mkdir()
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
@@ -388,8 +395,6 @@ def test_the_jails_filter_cannot_be_passed_under_another_abi():
     30 set). The filter used to let every other ABI through: an i386 getpid worked under it. Now any
     syscall of another ABI is refused (EPERM), and the process's own run normally."""
     import platform
-    import subprocess
-    import sys
     if platform.machine() != "x86_64":
         pytest.skip("the filter is x86-64's")
     code = ("import ctypes, mmap, os\nfrom harness.sandbox import no_user_namespaces\n"
@@ -399,12 +404,10 @@ def test_the_jails_filter_cannot_be_passed_under_another_abi():
             "before = i386_getpid() == os.getpid()\nassert no_user_namespaces()\n"
             "libc = ctypes.CDLL(None, use_errno=True)\nx32 = (libc.syscall(0x40000000 | 39), ctypes.get_errno())\n"
             "print(before, i386_getpid(), x32, os.getpid() > 0)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    out = r.stdout.strip()
+    out, err = _run_apart(code)
     if not out.startswith("True"):
-        pytest.skip(f"no 32-bit syscalls on this kernel: {out or r.stderr[-300:]}")
-    assert out == "True -1 (-1, 1) True", (out, r.stderr[-500:])
+        pytest.skip(f"no 32-bit syscalls on this kernel: {out or err}")
+    assert out == "True -1 (-1, 1) True", (out, err)
 
 
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
