@@ -129,6 +129,7 @@ class Batch(_Section):
     prime_standbys: bool = True
     fork_standbys: bool = True
     concurrent_evaluations: int = Field(4, ge=1)
+    stall_report_s: float = Field(600, ge=0)
     background_frees_lane: bool = True
     slow_phase_frees_lane_s: float = 10.0
     early_reference: bool = True

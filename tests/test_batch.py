@@ -134,8 +134,9 @@ def test_kernelbench_layout(tmp_path, monkeypatch):
     write(gen / "level_1_problem_7_sample_0_kernel.py", ZEROS)   # no problem 7
     write(gen / "level_2_problem_1_sample_0_kernel.py", ZEROS)   # no level 2
     run = tmp_path / "run"
-    summary = run_batch([str(tmp_path / "gen")], CONFIG(device="cpu"), problem_roots=[str(tmp_path / "kb")],
-                        out=str(run), compile_workers=1)
+    # every evaluation counts as stalled at once: each one's stall is reported, with the threads' stacks
+    summary = run_batch([str(tmp_path / "gen")], CONFIG(device="cpu", **{"batch.stall_report_s": 1e-3}),
+                        problem_roots=[str(tmp_path / "kb")], out=str(run), compile_workers=1)
     recs = {Path(r["solution"]).name: r for r in records(run)}
     assert {k: (v["problem"], v["status"], v["label"]) for k, v in recs.items()} == {
         "level_1_problem_1_sample_0_kernel.py": ("level1/1_Relu_Add", "passed", "modelK"),
@@ -150,6 +151,12 @@ def test_kernelbench_layout(tmp_path, monkeypatch):
     busy = [b for b in beats if b["slots"]["cpu"]]
     assert busy and all(isinstance(b["holds"], list) for b in beats), beats[:3]
     assert all({"admitted", "alone", "gpu_gb", "waited_s"} <= h.keys() for b in beats for h in b["holds"])
+    assert any(e[1] == "modelK/level_1_problem_1_sample_0_kernel.py" for b in busy for e in b["slots"]["cpu"]), busy[:3]
+    stalls = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["event"] == "stall"]
+    stalled = [i[2] for e in stalls for i in e["items"]]
+    assert sorted(stalled) == sorted(set(stalled)) and "modelK/level_1_problem_1_sample_0_kernel.py" in stalled, stalls
+    # the evaluating thread is there, in the executor's evaluate()
+    assert any("in evaluate" in ln for e in stalls for frames in e["threads"].values() for ln in frames), stalls[0]
 
 
 def test_resume_after_sigkill(tmp_path):

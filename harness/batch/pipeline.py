@@ -5,7 +5,10 @@ skips and timeline events. Everything here runs on the batch's main thread: the 
 only run tasks."""
 from __future__ import annotations
 
+import sys
+import threading
 import time
+import traceback
 from collections import Counter, defaultdict, deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -115,6 +118,7 @@ class Pipeline:
         self.pending_compile: Counter = Counter(it.pkey for it in items)
         self.inflight: Counter = Counter()
         self.failed_problems: dict[str, str] = {}
+        self.stall_reported: set[int] = set()  # items whose stall is in the timeline already (_heartbeat)
         self.moved: set[int] = set()  # items already moved off a lost slot: their next outcome stands
         self.retired: set[str] = set()
         lane_free = cfg.batch.background_frees_lane  # or every evaluation in flight keeps its lane
@@ -331,12 +335,24 @@ class Pipeline:
 
     def _heartbeat(self) -> None:
         """What is in flight and what memory each evaluation holds or waits for, into the timeline:
-        where a batch stalls, this says on what."""
+        where a batch stalls, this says on what. An evaluation in flight past [batch] stall_report_s
+        also has every thread of this process written there with its stack, once ("stall"): a
+        batch that stands still says where without a debugger attached."""
         now = time.perf_counter()
         admission = getattr(self.ex, "admission", None)
         self.events.write("inflight", t=round(now - self.t0, 1), slots={
-            s.slot.name: [[it.problem.name, round(now - t0, 1)] for it, t0 in s.busy.values()] for s in self.slots},
+            s.slot.name: [[it.problem.name, _name(it), round(now - t0, 1)] for it, t0 in s.busy.values()]
+            for s in self.slots},
             ready=sum(len(q) for q in self.ready.values()), holds=admission.snapshot() if admission else None)
+        after = self.cfg.batch.stall_report_s
+        stuck = [(s.slot.name, it) for s in self.slots for i, (it, t0) in s.busy.items()
+                 if after and now - t0 > after and i not in self.stall_reported]
+        if stuck:
+            self.stall_reported.update(it.index for _, it in stuck)
+            self.events.write("stall", t=round(now - self.t0, 1), after_s=after,
+                              items=[[slot, it.problem.name, _name(it)] for slot, it in stuck], threads=thread_stacks())
+            self.console.print(f"[yellow]{len(stuck)} evaluation(s) in flight for over {after:g} s: every thread's "
+                               "stack is in the run's events.jsonl (\"stall\")[/]", highlight=False, soft_wrap=True)
 
     # -- what the progress display shows -----------------------------------------------------------
     def status_lines(self) -> list[str]:
@@ -350,3 +366,14 @@ class Pipeline:
                              for it, t in s.busy.values()) or ("lost" if s.lost else "idle")
             lines.append(f"  {s.slot.name}: {what}")
         return lines
+
+
+def _name(it: Item) -> str:
+    return f"{it.label}/{it.path.name}" if it.label else it.path.name
+
+
+def thread_stacks(limit: int = 30) -> dict[str, list[str]]:
+    """Every thread of this process, by name, with its innermost `limit` frames."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {f"{names.get(ident, '?')} [{ident}]": [ln.rstrip() for ln in traceback.format_stack(frame, limit=limit)]
+            for ident, frame in sys._current_frames().items()}
