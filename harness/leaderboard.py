@@ -76,12 +76,20 @@ def best_status(statuses: pd.Series) -> str:
     return next((s for s in STATUS_ORDER if s in present), statuses.iloc[0])
 
 
+def best_passing(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (label, problem) the passing record with the best speedup (the leaderboard's, the report's)."""
+    passed = df[(df.status == "passed") & df.speedup.notna()]
+    if passed.empty:
+        return passed
+    return passed.loc[passed.groupby(["label", "problem"]).speedup.idxmax()]
+
+
 def per_problem(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (label, problem)."""
     rows = []
+    bests = {(r.label, r.problem): r for r in best_passing(df).itertuples(index=False)}
     for (label, problem), g in df.groupby(["label", "problem"], sort=True):
-        passed = g[(g.status == "passed") & g.speedup.notna()]
-        best = passed.loc[passed.speedup.idxmax()] if not passed.empty else None
+        best = bests.get((label, problem))
         rows.append({"label": label, "problem": problem, "status": best_status(g.status),
                      "solutions": len(g), "passed": int((g.status == "passed").sum()),
                      "best_speedup": None if best is None else float(best.speedup),
@@ -98,8 +106,7 @@ def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.Data
     n_problems = n_problems or df.problem.nunique()
     counts = (df.groupby(["label", "status"]).size().unstack(fill_value=0)
               .reindex(columns=STATUS_ORDER, fill_value=0))
-    best = (df[(df.status == "passed") & df.speedup.notna()].groupby(["label", "problem"]).speedup.max()
-            .reset_index())
+    best = best_passing(df)[["label", "problem", "speedup"]]
     rows = []
     for label in sorted(df.label.unique()):
         mine = df[df.label == label]

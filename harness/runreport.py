@@ -17,8 +17,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, problem_cells, summary_cells,
-                          label_summary, load_records, md_table, per_problem)
+from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, best_passing, label_summary, load_records,
+                          md_table, per_problem, problem_cells, summary_cells)
 from .report import clip
 
 PLOTS = ("speedups", "distribution", "fast_p", "statuses")
@@ -54,14 +54,6 @@ def natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _best_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (label, problem) the passing record with the best speedup, its interval with it."""
-    passed = df[(df.status == "passed") & df.speedup.notna()]
-    if passed.empty:
-        return passed
-    return passed.loc[passed.groupby(["label", "problem"]).speedup.idxmax()].sort_values(["problem", "label"])
-
-
 def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -81,7 +73,7 @@ def plots(df: pd.DataFrame, summary: pd.DataFrame) -> dict[str, str]:
     colors = {lb: plt.get_cmap("tab10")(i % 10) for i, lb in enumerate(labels)}
     out: dict[str, str] = {}
 
-    best = _best_rows(df)
+    best = best_passing(df).sort_values(["problem", "label"])  # with each one's interval
     problems = sorted(df.problem.unique(), key=natural)
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.28 * len(problems) + 1.2)))
     y = {p: i for i, p in enumerate(problems)}
