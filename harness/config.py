@@ -113,6 +113,7 @@ class Hardening(_Section):
     max_speedup: float = Field(50.0, gt=0)
     protect_parent: bool = True
     sandbox: Literal["auto", "on", "off"] = "auto"
+    timing_cpus: Literal["apart", "shared"] = "apart"
     # what a jailed process and everything it starts may take of the host's memory (cgroups.py);
     # 0: half the host's
     jail_memory_gb: float = Field(0.0, ge=0)

@@ -74,11 +74,12 @@ def plan(slots: int, cpus: Optional[list[int]] = None,
     return timing, (rest if rest and len(rest) >= max(2, len(cpus) // 2) else None)
 
 
-def slot_cpus(slots: int, cpus: Optional[list[int]] = None,
-              siblings_of=siblings) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
+def slot_cpus(slots: int, cpus: Optional[list[int]] = None, siblings_of=siblings,
+              apart: bool = True) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
     """(per slot (the reference's timing CPU, the candidate's), the CPUs left for background work):
-    two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two."""
-    timing, background = plan(2 * slots, cpus, siblings_of)
+    two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two,
+    or where not `apart` ([hardening] timing_cpus)."""
+    timing, background = plan(2 * slots, cpus, siblings_of) if apart else ([None], None)
     if background is not None and None not in timing:
         return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background
     timing, background = plan(slots, cpus, siblings_of)
