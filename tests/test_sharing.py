@@ -447,3 +447,34 @@ def test_a_remeasurement_after_a_clock_flag_is_adopted_only_if_it_could_be_repor
     with pytest.raises(Failure) as e:
         timer.checked(worker, worker, 0)
     assert e.value.status == Status.runtime_error and "malformed_report" in e.value.flags
+
+
+def test_a_phase_that_joins_late_never_stops_the_process_the_timing_keeps():
+    """A stoppable phase begun before a timing (its evaluation then waited for the reference session's
+    lock) adds the session's reference, which that timing keeps and is using: it must not be stopped
+    (the timing's request to it would wait out timeouts.problem_s holding the gate: the 170 s stall of
+    a cold throughput bench), and the phase asks it nothing until the timing has ended."""
+    gate, ref = DeviceGate(), FakeWorker()
+    in_phase, order = threading.Event(), []
+    held_box = {}
+
+    def neighbour():
+        with gate.stoppable() as phase:
+            in_phase.set()
+            while "timing began" not in order:
+                time.sleep(0.01)
+            phase.add(ref)  # ReferenceSession.trial/judge: on_worker(self.worker), under its lock
+            order.append("neighbour asks the reference")
+
+    t = threading.Thread(target=neighbour, daemon=True)
+    t.start()
+    assert in_phase.wait(5)
+    with gate.exclusive(keep=(ref,)) as held:
+        order.append("timing began")
+        time.sleep(0.2)
+        held_box["calls"] = list(ref.calls)
+        order.append("timing ended")
+    t.join(5)
+    assert not t.is_alive()
+    assert held_box["calls"] == [] and ref.calls == [], ref.calls
+    assert order == ["timing began", "timing ended", "neighbour asks the reference"], order

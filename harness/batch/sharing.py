@@ -197,7 +197,7 @@ class DeviceGate:
                 self._alone_waiting -= alone
             self._writer = me
             held = Held()
-            mine = {id(w) for w in keep}
+            mine = held.keep = {id(w) for w in keep}
             for ws in self._workers.values():
                 for w in ws:
                     if id(w) not in mine:
@@ -275,6 +275,7 @@ class Held:
     def __init__(self):
         self.stopped: dict[int, object] = {}
         self.preempted: list[int] = []  # ids of the stoppable phases under way when it began
+        self.keep: set[int] = set()  # ids of the processes the timing itself uses (exclusive(keep=))
 
     def stop(self, w) -> None:
         if id(w) not in self.stopped:
@@ -299,6 +300,11 @@ class Stoppable:
         if not self.tracked:  # inside this thread's own alone(), or phases never stopped: nothing to do
             return
         with self.gate._cv:
+            # the holder's own process (its reference, shared by the problem's evaluations): never
+            # stopped under the timing that uses it, nor asked anything beside it; this phase goes on
+            # once that timing has ended (the timing never waits for a reference session's lock)
+            while self.gate._held is not None and id(worker) in self.gate._held.keep:
+                self.gate._cv.wait()
             self.workers.append(worker)
             if self.gate._held is not None:
                 if self.id not in self.gate._held.preempted:
