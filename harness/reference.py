@@ -209,8 +209,9 @@ class ReferenceSession:
     worker: Optional[Worker] = None
     seconds: float = 0.0
     env_extra: Optional[dict[str, str]] = None  # per-call environment overrides (a batch's GPU pinning)
-    # evaluations sharing a device slot share its sessions: one request to the worker at a time
-    # (timing needs none: it has the slot to itself)
+    # evaluations sharing a device slot share its sessions: one request to the worker at a time,
+    # timing included (PairTimer._measure). Taken before the gate's exclusive hold, after a
+    # stoppable phase has begun, never inside a shared phase: any other order can wait in a cycle
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     on_start: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)  # a batch's count
     standby: Optional[Standby] = field(default=None, repr=False, compare=False)  # a batch slot's started processes

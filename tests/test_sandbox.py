@@ -494,7 +494,8 @@ def test_a_wait_for_a_cpu_while_a_helper_thread_works_is_not_taken_out_of_the_wa
     with monkeypatch.context() as m:
         m.setattr(measure, "_waited_alone_ms", raw)
         r = _evaluate(ATTACKS / "waiting_timer_thread.py", prob, open_dir / "cache", "on", size="full")
-    assert r.status.value == "passed" and r.speedup > 2.0, (r.status, r.speedup, r.error)  # the attack works
+    # the attack works (its 5x comes out at 1.9-5x: under a loaded test run, less)
+    assert r.status.value == "passed" and r.speedup > 1.5, (r.status, r.speedup, r.error)
     r = _evaluate(ATTACKS / "waiting_timer_thread.py", prob, open_dir / "cache", "on", size="full")
     assert r.status.value == "rejected" and "timer_mismatch" in r.flags, (r.status, r.speedup, r.flags)
 

@@ -407,7 +407,7 @@ def test_a_gpu_left_busy_by_a_stopped_neighbour_is_given_back_not_timed_beside(m
     monkeypatch.setattr(timed, "measure", lambda *a, **k: "measured")
     ctx = Context(cfg=load_config(), gate=gate, problem=None, device="cuda", phases=PhaseTimes(),
                   res=EvalResult(problem="p", solution="s", status=Status.passed))
-    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None))
+    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None, lock=threading.RLock()))
     with gate.stoppable() as phase:  # a neighbour mid-phase: the first hold preempts it
         phase.add(SimpleNamespace(pause=lambda: None, resume=lambda: None))
         worker = SimpleNamespace(pid=None)
@@ -442,7 +442,7 @@ def test_a_remeasurement_after_a_clock_flag_is_adopted_only_if_it_could_be_repor
     monkeypatch.setattr(timed, "clock_checks", lambda m, cfg, cuda, note: next(flags))
     ctx = Context(cfg=load_config(), gate=DeviceGate(), problem=None, device="cuda", phases=PhaseTimes(),
                   res=EvalResult(problem="p", solution="s", status=Status.passed))
-    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None))
+    timer = timed.PairTimer(ctx, SimpleNamespace(), SimpleNamespace(rng=None, lock=threading.RLock()))
     worker = SimpleNamespace(log_tail=lambda: "")
     with pytest.raises(Failure) as e:
         timer.checked(worker, worker, 0)
@@ -478,3 +478,41 @@ def test_a_phase_that_joins_late_never_stops_the_process_the_timing_keeps():
     assert not t.is_alive()
     assert held_box["calls"] == [] and ref.calls == [], ref.calls
     assert order == ["timing began", "timing ended", "neighbour asks the reference"], order
+
+
+def test_a_timing_waits_for_a_request_to_its_reference_already_in_flight(monkeypatch):
+    """The problem's reference process serves every evaluation of the problem, each request under
+    the session's lock. A timing that took the gate while another evaluation's request to that
+    process was still in flight (its phase stoppable, the process kept by the timing so not stopped)
+    asked the same process for its rounds beside it: two threads reading one pipe, and the
+    reference's rounds beside another trial's work. The timing now holds the session's lock too,
+    taken before the gate: it begins once the request in flight has its reply."""
+    from types import SimpleNamespace
+
+    from harness.config import load_config
+    from harness.records.result import EvalResult, PhaseTimes, Status
+    from harness.stages import timed
+    from harness.stages.context import Context
+    gate, ref = DeviceGate(), SimpleNamespace(rng=None, lock=threading.RLock())
+    order: list[str] = []
+    monkeypatch.setattr(timed, "_quiet", lambda ref, ctx, flags, final: True)
+    monkeypatch.setattr(timed, "measure", lambda *a, **k: order.append("timed") or "measured")
+    ctx = Context(cfg=load_config(), gate=gate, problem=None, device="cuda", phases=PhaseTimes(),
+                  res=EvalResult(problem="p", solution="s", status=Status.passed))
+    timer = timed.PairTimer(ctx, SimpleNamespace(), ref)
+    asking = threading.Event()
+
+    def neighbour():  # ReferenceSession.trial: under the lock, the process added, then its request
+        with gate.stoppable() as phase, ref.lock:
+            phase.add(FakeWorker())
+            asking.set()
+            time.sleep(0.3)
+            order.append("neighbour's reply read")
+
+    t = threading.Thread(target=neighbour, daemon=True)
+    t.start()
+    assert asking.wait(5)
+    worker = SimpleNamespace(pid=None)
+    assert timer._once(worker, worker, 0) == "measured"
+    t.join(5)
+    assert order == ["neighbour's reply read", "timed"], order

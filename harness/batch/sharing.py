@@ -302,7 +302,8 @@ class Stoppable:
         with self.gate._cv:
             # the holder's own process (its reference, shared by the problem's evaluations): never
             # stopped under the timing that uses it, nor asked anything beside it; this phase goes on
-            # once that timing has ended (the timing never waits for a reference session's lock)
+            # once that timing has ended (a timing holding the gate never waits for a session's lock:
+            # it took its own before the gate, PairTimer._measure)
             while self.gate._held is not None and id(worker) in self.gate._held.keep:
                 self.gate._cv.wait()
             self.workers.append(worker)

@@ -64,7 +64,14 @@ class PairTimer:
         # there by its cpuset: more threads than the reference's buy no more cores
         on_cpu = cpus.held_to(cfg.timing.cpu_threads, c.pid, c.groups, r.pid) if not ctx.cuda else nullcontext()
         placement = [(c.pid, gate.cand_cpu), (r.pid, gate.timing_cpu)] if ctx.cuda else []
-        with gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how:
+        # the session's lock first: its reference process serves the problem's other evaluations
+        # too, and one's request in flight when the gate was taken would run beside the rounds (the
+        # process is kept, not stopped), its reply read from the pipe the rounds' are. Requests are
+        # made in stoppable phases, which a timing does not wait for, so lock then gate is the one
+        # order; where untimed phases are shared ones instead, the timing waits for them anyway,
+        # and taking the lock first would wait for one waiting for it
+        lock = self.ref.lock if gate.stop_untimed else nullcontext()
+        with lock, gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how:
             if not ctx.cuda:
                 self.cpus_held = how
             busy = held.preempted or self.not_quiet_since is not None
