@@ -79,9 +79,10 @@ def slot_cpus(slots: int, cpus: Optional[list[int]] = None, siblings_of=siblings
     """(per slot (the reference's timing CPU, the candidate's), the CPUs left for background work):
     two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two,
     or where not `apart` ([hardening] timing_cpus)."""
-    timing, background = plan(2 * slots, cpus, siblings_of) if apart else ([None], None)
-    if background is not None and None not in timing:
-        return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background
+    if apart:
+        timing, background = plan(2 * slots, cpus, siblings_of)
+        if background is not None and None not in timing:
+            return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background
     timing, background = plan(slots, cpus, siblings_of)
     return [(t, t) for t in timing], background
 
