@@ -75,11 +75,11 @@ def plan(slots: int, cpus: Optional[list[int]] = None,
 
 
 def slot_cpus(slots: int, cpus: Optional[list[int]] = None, siblings_of=siblings,
-              apart: bool = True) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
+              mode: str = "apart") -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
     """(per slot (the reference's timing CPU, the candidate's), the CPUs left for background work):
     two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two,
-    or where not `apart` ([hardening] timing_cpus)."""
-    if apart:
+    or where `mode` ([hardening] timing_cpus) is "shared"."""
+    if mode == "apart":
         timing, background = plan(2 * slots, cpus, siblings_of)
         if background is not None and None not in timing:
             return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background

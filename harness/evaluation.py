@@ -51,7 +51,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     to itself. `hold`: its share of a batch's memory (memory.Admission), else it has the machine."""
     cfg = config or load_config()
     if gate is None:
-        (ref_cpu, cand_cpu), = cpus.slot_cpus(1, apart=cfg.hardening.timing_cpus == "apart")[0]
+        (ref_cpu, cand_cpu), = cpus.slot_cpus(1, mode=cfg.hardening.timing_cpus)[0]
         gate = SoloGate(timing_cpu=ref_cpu, cand_cpu=cand_cpu)
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:

@@ -30,7 +30,7 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
     assert cpus.reference_cpus([(15, 14), (13, 12)], smt) == {7, 15, 5, 13}
     assert cpus.slot_cpus(1, [0, 1], lambda c: {c}) == ([(1, 1)], None)  # too small: one shared
     # [hardening] timing_cpus = "shared": one CPU a slot (and its siblings) however many there are
-    assert cpus.slot_cpus(2, list(range(16)), smt, apart=False) == ([(15, 15), (14, 14)], set(range(16)) - {6, 7, 14, 15})
+    assert cpus.slot_cpus(2, list(range(16)), smt, mode="shared") == ([(15, 15), (14, 14)], set(range(16)) - {6, 7, 14, 15})
     assert cpus.reference_cpus([(1, 1)], lambda c: {c}) == set()
 
     allowed = sorted(os.sched_getaffinity(0))

@@ -95,7 +95,7 @@ class DeviceSlot:
     concurrency: int = 1           # evaluations in flight on it at once (sharing.py)
     timing_cpu: Optional[int] = None  # the host CPU its reference is timed on (cpus.py)
     cand_cpu: Optional[int] = None    # ...and its candidate; None: the same one
-    timing_cpus_apart: bool = True    # [hardening] timing_cpus: where a Ray actor picks its own pair
+    timing_cpus: str = "apart"        # [hardening] timing_cpus: how a Ray actor picks its own pair
     gpu_name: Optional[str] = None  # its GPU's model (devices.probe_gpus): part of a kept need's key
     background_cpus: Optional[set[int]] = None  # where its standbys start up; None: anywhere
     stop_untimed: bool = True      # timing stops untimed phases in child processes (sharing.py)

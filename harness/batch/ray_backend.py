@@ -45,8 +45,8 @@ def compile_on_node(task: CompileTask, lender=None) -> CompileOutcome:
     from .. import cpus
     from ..sandbox import keep_off_references
     cuda = task.device == "cuda"
-    apart = task.cfg.hardening.timing_cpus == "apart"
-    keep_off_references(cuda, task.cfg.timing.cpu_threads, cpus.slot_cpus(node_gpus(), apart=apart)[0] if cuda else ())
+    pairs = cpus.slot_cpus(node_gpus(), mode=task.cfg.hardening.timing_cpus)[0] if cuda else ()
+    keep_off_references(cuda, task.cfg.timing.cpu_threads, pairs)
     return compile_item(task, lender)
 
 
@@ -65,7 +65,7 @@ class SlotActor:
             # a timing CPU of this node's own, by the GPU's index: the actors of one node take
             # different ones without asking each other (cpus.plan takes them from the top)
             rank = ids[0] if ids else 0
-            pairs, background = cpus.slot_cpus(max(rank + 1, node_gpus()), apart=slot.timing_cpus_apart)
+            pairs, background = cpus.slot_cpus(max(rank + 1, node_gpus()), mode=slot.timing_cpus)
             (slot.timing_cpu, slot.cand_cpu), slot.background_cpus = pairs[rank], background
             from ..sandbox import keep_off_references
             keep_off_references(True, 1, pairs)  # every slot's of this node, not only its own

@@ -197,7 +197,7 @@ def _configure_slots(cfg: Config, device: str, slots: list[DeviceSlot], gpu_info
         s.concurrency = max(1, cfg.batch.concurrent_evaluations if s.device == "cuda"
                             else cfg.batch.cpu_concurrent_evaluations)
         s.stop_untimed = cfg.batch.stop_untimed_phases
-        s.timing_cpus_apart = cfg.hardening.timing_cpus == "apart"
+        s.timing_cpus = cfg.hardening.timing_cpus
     if device == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         # one arch list for builds and evaluations alike: it is part of the build cache key, and the
         # build children see no GPU to ask
@@ -266,7 +266,7 @@ def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wor
         pch.start(Path(cfg.cache_dir), device)
     background, lender = None, None
     if device == "cuda":  # timing CPUs per GPU, kept free of builds and standbys (cpus.py)
-        pairs, background = cpus.slot_cpus(len(slots), apart=cfg.hardening.timing_cpus == "apart")
+        pairs, background = cpus.slot_cpus(len(slots), mode=cfg.hardening.timing_cpus)
         for s, (ref, cand) in zip(slots, pairs):
             s.timing_cpu, s.cand_cpu, s.background_cpus = ref, cand, background
         if cfg.batch.lend_timing_cpus:  # ...but lent to the builds while nothing is timed there
