@@ -48,26 +48,13 @@ torch::Tensor relu_cuda(torch::Tensor x) {
 """
 
 
-def write_build(d: Path, extra_cflags: list[str], extra_cuda_cflags: list[str]) -> None:
+def build_commands(d: Path, extra_cflags: list[str], extra_cuda_cflags: list[str]) -> dict[str, list[str]]:
     import torch.utils.cpp_extension as ce
+    from harness.pch import compile_commands
     if ce.CUDA_HOME is None:  # a CPU build of torch: nvcc's own installation
         ce.CUDA_HOME = str(Path(shutil.which("nvcc")).resolve().parent.parent)
-    ce._run_ninja_build = lambda *a, **k: None
-    ce._import_module_from_library = lambda *a, **k: None
-    ce.load_inline(name="bench_relu", cpp_sources=CPP, cuda_sources=CU, functions=["relu_cuda"],
-                   build_directory=str(d), extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                   with_cuda=True)
-
-
-def commands(d: Path) -> dict[str, list[str]]:
-    """The compile commands of build.ninja, by output file."""
-    out = subprocess.run(["ninja", "-C", str(d), "-t", "commands"], capture_output=True, text=True, check=True).stdout
-    got = {}
-    for line in out.splitlines():
-        argv = shlex.split(line)
-        if "-o" in argv and "-c" in argv:
-            got[Path(argv[argv.index("-o") + 1]).name] = argv
-    return got
+    return compile_commands(d, name="bench_relu", cpp_sources=CPP, cuda_sources=CU, functions=["relu_cuda"],
+                            extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, with_cuda=True)
 
 
 def cpu_run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[float, str]:
@@ -77,13 +64,6 @@ def cpu_run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[float,
     if p.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed: {p.stderr[-2000:]}")
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), p.stderr
-
-
-def pch_command(main: list[str], include: Path, out: Path) -> list[str]:
-    """main.o's command turned into a PCH build of <torch/extension.h> (harness/pch.py builds the
-    same): no extension name, no dependency file, no source."""
-    from harness.pch_cxx import flags
-    return [main[0]] + flags(main[1:]) + ["-x", "c++-header", str(include / "torch" / "extension.h"), "-o", str(out)]
 
 
 def main() -> int:
@@ -97,8 +77,7 @@ def main() -> int:
     os.environ["TORCH_CUDA_ARCH_LIST"] = a.arch
     work = Path(tempfile.mkdtemp(prefix="build-cost-"))
     try:
-        write_build(work, a.extra_cflags.split(), a.extra_cuda_cflags.split())
-        cmds = commands(work)
+        cmds = build_commands(work, a.extra_cflags.split(), a.extra_cuda_cflags.split())
         main_cmd, cuda_cmd = cmds["main.o"], cmds["cuda.cuda.o"]
         rows: dict[str, list[float]] = {"main.o": [], "cuda.cuda.o": []}
         phases: dict[str, list[float]] = {}
@@ -116,10 +95,12 @@ def main() -> int:
                     phases.setdefault(rec[1].strip(), []).append(ms / 1e3)
         if a.pch:
             import torch.utils.cpp_extension as ce
+            from harness.pch import header_command
             include = Path(ce.include_paths()[0])
             gch = work / "pch" / "torch" / "extension.h.gch"
             gch.mkdir(parents=True)
-            rows["PCH build (once)"] = [cpu_run(pch_command(main_cmd, include, gch / "default.gch"), work)[0]]
+            header = include / "torch" / "extension.h"
+            rows["PCH build (once)"] = [cpu_run(header_command(main_cmd, header, gch / "default.gch"), work)[0]]
             env = {**os.environ, "CPATH": str(work / "pch")}
             rows["main.o with the PCH"] = []
             used = False

@@ -65,23 +65,36 @@ def enable(cache_dir: Path) -> Optional[Path]:
     return root
 
 
-def _main_command(work: Path, cuda: bool, extra: list[str]) -> list[str]:
-    """torch's main.o command for a throwaway extension with these flags (nothing is compiled)."""
+def compile_commands(work: Path, **load_inline_kw) -> dict[str, list[str]]:
+    """The compile commands torch writes for an extension built in `work`, by output file (main.o,
+    cuda.cuda.o); nothing is compiled or loaded. In a process of its own: it stubs torch's build."""
     import torch.utils.cpp_extension as ce
     ce._run_ninja_build = lambda *a, **k: None
     ce._import_module_from_library = lambda *a, **k: None
-    kw = dict(cuda_sources="__global__ void k() {}\n", with_cuda=True) if cuda else {}
-    ce.load_inline(name="harness_pch_probe", cpp_sources="int harness_pch_probe();", functions=None,
-                   build_directory=str(work), extra_cflags=list(extra), **kw)
+    ce.load_inline(build_directory=str(work), **load_inline_kw)
     out = subprocess.run(["ninja", "-C", str(work), "-t", "commands"], capture_output=True, text=True,
                          check=True).stdout
-    return next(a for a in map(shlex.split, out.splitlines()) if any(x.endswith("main.cpp") for x in a))
+    return {Path(a[a.index("-o") + 1]).name: a for a in map(shlex.split, out.splitlines()) if "-o" in a and "-c" in a}
+
+
+def header_command(main: list[str], header: Path, out: Path) -> list[str]:
+    """main.o's command turned into a build of `header` precompiled: no extension name, no
+    dependency file, no source (pch_cxx.flags)."""
+    from .pch_cxx import flags
+    return [main[0]] + flags(main[1:]) + ["-x", "c++-header", str(header), "-o", str(out)]
+
+
+def _main_command(work: Path, cuda: bool, extra: list[str]) -> list[str]:
+    """torch's main.o command for a throwaway extension with these flags."""
+    kw = dict(cuda_sources="__global__ void k() {}\n", with_cuda=True) if cuda else {}
+    return compile_commands(work, name="harness_pch_probe", cpp_sources="int harness_pch_probe();",
+                            functions=None, extra_cflags=list(extra), **kw)["main.o"]
 
 
 def build(cache_dir: Path, device: str, variants=VARIANTS) -> list[str]:
     """Each variant's header (its extra_cflags), where missing (run as the harness, in a process of
     its own: it imports torch). Returns what it did, a line each."""
-    from .pch_cxx import flags, flags_key
+    from .pch_cxx import flags_key
     root = enable(cache_dir)
     if root is None:
         return ["no gcc: no precompiled header"]
@@ -98,8 +111,7 @@ def build(cache_dir: Path, device: str, variants=VARIANTS) -> list[str]:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".v.{os.getpid()}.gch")
-            cmd = [os.environ["HARNESS_REAL_CXX"]] + flags(argv[1:]) + [
-                "-x", "c++-header", str(include), "-o", str(tmp)]
+            cmd = header_command([os.environ["HARNESS_REAL_CXX"]] + argv[1:], include, tmp)
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
                 tmp.unlink(missing_ok=True)
