@@ -337,7 +337,8 @@ class Pipeline:
         """What is in flight and what memory each evaluation holds or waits for, into the timeline:
         where a batch stalls, this says on what. An evaluation in flight past [batch] stall_report_s
         also has every thread of this process written there with its stack, once ("stall"): a
-        batch that stands still says where without a debugger attached."""
+        batch that stands still says where without anyone there to send it SIGUSR1 (cli.batch_cmd:
+        the same on stderr, on demand)."""
         now = time.perf_counter()
         admission = getattr(self.ex, "admission", None)
         self.events.write("inflight", t=round(now - self.t0, 1), slots={
