@@ -25,12 +25,15 @@ minute), so a `Lender` gives the timing CPUs to the builds whenever no timing ph
 takes each back, moving every process of every build off it, before a timing phase starts
 (`pinned(..., lender=)`, 9-16 ms). On a 16-core H100 machine the builds kept that CPU 83-87% busy
 through a cold batch against 24-26% without, and the batch took 119-121 s against 128-137 s
-(bench/results/throughput-cuda.md).
+(bench/results/throughput-cuda.md). On a VM the CPUs have SMT siblings the guest cannot see, so a
+build can still slow one side's host work; a measurement that confirms a host-clock flag therefore
+runs with every build stopped (`Lender.quiet`).
 """
 from __future__ import annotations
 
 import itertools
 import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -138,6 +141,9 @@ class Lender:
         self.moves = 0  # masks applied to build trees (for tests)
         self.reclaims = 0  # timing phases that took their CPU back, and the seconds that took them
         self.reclaim_s = 0.0
+        self._quiet = 0  # measurements now holding every build stopped (quiet)
+        self._stopped: list[int] = []  # pidfds of the build processes quiet stopped
+        self.quiets = 0
 
     @classmethod
     def plan(cls, timing: list[Optional[int]], background: Optional[set[int]],
@@ -160,6 +166,10 @@ class Lender:
         with self._lock:
             self._roots.add(pid)
             self._apply([pid], self.mask())
+            if self._quiet:
+                fds = _stop_tree(pid)
+                _wait_stopped(fds)
+                self._stopped += fds.values()
 
     def untrack(self, pid: int) -> None:
         with self._lock:
@@ -184,6 +194,36 @@ class Lender:
                 self._held[cpu] -= 1
                 if not self._held[cpu]:
                     self._apply(list(self._roots), self.mask())
+
+    @contextmanager
+    def quiet(self):
+        """Every build process stopped for the block: a measurement that confirms a host-clock flag
+        (stages/timed.py). On a VM each timing CPU has SMT siblings the guest cannot see, a build
+        running on one slows the host work of one side only, and cold one-GPU batches rejected 1 honest
+        solution in 39 that way (bench/results/throughput-cuda.md, session 38). A cheat's hidden time
+        is there in a quiet measurement too; noise from the builds is not. Yields how many processes
+        it stopped (0 in a nested block)."""
+        with self._lock:
+            self._quiet += 1
+            n = 0
+            if self._quiet == 1:
+                fds = {}
+                for root in list(self._roots):
+                    fds.update(_stop_tree(root))
+                _wait_stopped(fds)
+                self._stopped = list(fds.values())
+                self.quiets += 1
+                n = len(self._stopped)
+        try:
+            yield n
+        finally:
+            with self._lock:
+                self._quiet -= 1
+                if not self._quiet:
+                    for fd in self._stopped:
+                        _pidfd_signal(fd, signal.SIGCONT)
+                        os.close(fd)
+                    self._stopped = []
 
     def _apply(self, roots: list[int], mask: set[int]) -> None:
         for root in roots:
@@ -218,6 +258,64 @@ def _set_tree(root: int, mask: set[int]) -> None:
                         pass
             if kids is not None:
                 stack.extend(kids.get(p, ()))
+
+
+def _pidfd_signal(fd: int, sig: int) -> None:
+    try:
+        signal.pidfd_send_signal(fd, sig)
+    except OSError:
+        pass  # it exited
+
+
+def _stop_tree(root: int) -> dict[int, int]:
+    """SIGSTOP `root` and its descendants, each before its children are listed (a stopped process
+    forks no more); a second pass where the children come from one scan of /proc. Returns a pidfd
+    per process stopped (by pid), so that the SIGCONT reaches that process and no later one of its pid."""
+    fds: dict[int, int] = {}
+    direct = _children_lists(root)
+    for _ in range(1 if direct else 2):
+        kids = None if direct else children_by_parent()
+        stack = [root]
+        while stack:
+            p = stack.pop()
+            if p not in fds:
+                try:
+                    fd = os.pidfd_open(p)
+                except OSError:
+                    continue  # it exited
+                fds[p] = fd
+                _pidfd_signal(fd, signal.SIGSTOP)
+            if kids is not None:
+                stack.extend(kids.get(p, ()))
+                continue
+            try:
+                tids = os.listdir(f"/proc/{p}/task")
+            except OSError:
+                continue
+            for t in tids:
+                try:
+                    stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
+                except (OSError, ValueError):
+                    pass
+    return fds
+
+
+def _wait_stopped(pids, limit_s: float = 0.2) -> None:
+    """A stop takes effect as the process next leaves the kernel: wait for that, briefly (one in an
+    uninterruptible wait stops only when it leaves it)."""
+    end = time.perf_counter() + limit_s
+    left = set(pids)
+    while left and time.perf_counter() < end:
+        left = {p for p in left if _state(p) not in ("T", "t", "Z", "X", None)}
+        if left:
+            time.sleep(0.002)
+
+
+def _state(pid: int) -> Optional[str]:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 _turn = itertools.count()

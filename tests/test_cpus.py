@@ -178,3 +178,43 @@ def test_the_cpu_paths_timing_holds_each_side_to_its_own_cpus_and_lets_go():
             p.kill()
             p.wait()
         cgroups.remove(groups)
+
+
+@pytest.mark.parametrize("children_lists", [True, False], ids=["children-lists", "proc-scan"])
+def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(monkeypatch, children_lists):
+    """cpus.Lender.quiet (a measurement confirming a host-clock flag): every process of every build
+    stopped, a grandchild and a build starting meanwhile included, and every one running again after;
+    a nested block stops nothing more and resumes nothing early."""
+    import subprocess
+    import sys
+
+    from harness import cpus
+    if children_lists and not cpus._children_lists(os.getpid()):
+        pytest.skip("this kernel has no /proc/PID/task/TID/children")
+    monkeypatch.setattr(cpus, "_children_lists", lambda pid: children_lists)
+
+    def state(pid):
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+    code = ("import subprocess, sys, time\n"
+            "k = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "print(k.pid, flush=True); time.sleep(60)\n")
+    build = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lender = cpus.Lender(set(), {})
+    try:
+        grandchild = int(build.stdout.readline())
+        lender.track(build.pid)
+        with lender.quiet() as stopped:
+            assert stopped == 2
+            lender.track(late.pid)
+            with lender.quiet() as nested:
+                assert nested == 0
+            assert {state(p) for p in (build.pid, grandchild, late.pid)} == {"T"}
+        assert "T" not in {state(p) for p in (build.pid, grandchild, late.pid)}
+        assert lender.quiets == 1
+    finally:
+        for p in (build, late):
+            p.kill()
+            p.wait()
+        os.kill(grandchild, 9)

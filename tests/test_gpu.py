@@ -368,14 +368,16 @@ def test_a_gpu_that_answers_is_not_taken_for_lost():
 @pytest.mark.skipif(__import__("harness.sandbox", fromlist=["available"]).available() is not None
                     or not __import__("harness.cgroups", fromlist=["confines"]).confines(),
                     reason="no sandbox with a cpuset group here")
-def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_miss_the_reference(monkeypatch):
-    """On a GPU slot the reference is timed on a CPU no jail may run on, the candidate on one beside
-    it (cpus.slot_cpus, sandbox.Jails.keep_off). interrupt_storm.py (launch_chain's forward, then
-    300 timerfds re-armed to fire while the reference is timed, each watched through 1,660 epoll
+def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_miss_the_reference():
+    """A GPU slot's reference is timed on a CPU no jail may run on, the candidate on one beside it
+    (cpus.slot_cpus, sandbox.Jails.keep_off). interrupt_storm.py (launch_chain's forward, then 300
+    timerfds re-armed to fire while the reference is timed, each watched through 1,660 epoll
     instances) lands its interrupts on its own CPU, which slows its own timed calls: they pass slower
-    or, their host work out of step with what they report, are rejected (seen on an H100). With one
-    CPU shared by both sides and the jail allowed on it (as before), the same attack is measured and
-    printed."""
+    or, their host work out of step with what they report, are rejected (seen on an H100 and an H200).
+    With one CPU shared by both sides (`[hardening] timing_cpus = "shared"`) the attack must not pay
+    either, but it does reach the reference: the wall check's detail, printed beside an honest
+    solution's, shows the reference's rounds slowed (on an H200 its floor 1.77 ms against 0.28 ms),
+    which loosens the check for hidden time."""
     import os
     import shutil
     import tempfile
@@ -387,22 +389,24 @@ def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_
     cache = Path(tempfile.mkdtemp(prefix="storm-gpu-"))
     os.chmod(cache, 0o755)
     attack, prob = ROOT / "tests/adversarial/sandbox/interrupt_storm.py", ROOT / "tests/problems/launch_chain.py"
+    honest = cache / "launch_chain_same.py"  # the problem's own forward: the honest margin beside the storm's
+    honest.write_text(prob.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
+    show = ("timing_cpu", "cand_timing_cpu", "ref_host_ms_median", "cand_host_ms_median", "wall_check")
     try:
-        cfg = make_config(**{"device": "cuda", "cache_dir": str(cache), "hardening.sandbox": "on"})
-        r = evaluate(attack, prob, cfg)
-        detail = f"{r.status} {r.speedup} {r.flags} {r.error}"
-        print("storm, CPUs apart:", detail)
-        assert "own_uid" in r.protections and r.status.value in ("passed", "rejected"), detail
-        assert r.speedup is None or r.speedup < 1.25, detail
-        ref_cpu, cand_cpu = cpus.slot_cpus(1)[0][0]
-        assert ref_cpu in JAILS._off and cand_cpu not in JAILS._off, (ref_cpu, cand_cpu, JAILS._off)
-        with monkeypatch.context() as m:
-            plan = cpus.plan
-            m.setattr(cpus, "slot_cpus", lambda n, *a, **k: ([(c, c) for c in plan(n)[0]], plan(n)[1]))
-            m.setattr(JAILS, "_off", set())
-            shared = evaluate(attack, prob, cfg)
-        tm = shared.timing_method or {}
-        print("storm, one CPU shared:", shared.status, shared.speedup, shared.flags, shared.error,
-              {k: tm.get(k) for k in ("timing_cpu", "cand_timing_cpu", "ref_launch_leaked_calls", "host_bound")})
+        base = {"device": "cuda", "cache_dir": str(cache), "hardening.sandbox": "on"}
+        apart = make_config(**base)
+        assert apart.hardening.timing_cpus == "apart"
+        for name, cfg in (("apart", apart), ("shared", make_config(**base, **{"hardening.timing_cpus": "shared"}))):
+            r = evaluate(attack, prob, cfg)
+            tm = r.timing_method or {}
+            detail = f"{r.status} {r.speedup} {r.flags} {r.error} " + str({k: tm.get(k) for k in show})
+            print(f"storm, CPUs {name}:", detail)
+            h = evaluate(honest, prob, cfg)
+            print(f"honest, CPUs {name}:", h.status, h.speedup, {k: (h.timing_method or {}).get(k) for k in show})
+            assert "own_uid" in r.protections and r.status.value in ("passed", "rejected"), detail
+            assert r.speedup is None or r.speedup < 1.25, detail
+        ref_cpu, cand_cpu = cpus.slot_cpus(1, mode="apart")[0][0]
+        if ref_cpu != cand_cpu:
+            assert ref_cpu in JAILS._off and cand_cpu not in JAILS._off, (ref_cpu, cand_cpu, JAILS._off)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -42,13 +42,29 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
                                                                               status, measurements):
     """A host-clock flag is confirmed on further measurements (hardening.clock_check_confirmations),
     and the record reports the first one no check flags; a run flagged in every measurement is
-    rejected with every flag seen. What the checks say is scripted here, the evaluation is real."""
+    rejected with every flag seen. What the checks say is scripted here, the evaluation is real.
+    Each further measurement runs with the batch's builds stopped (cpus.Lender.quiet): a build
+    process here, stopped for those and running again after."""
+    import subprocess
+    import sys
+
     from conftest import ROOT, make_config
 
-    from harness import evaluation
+    from harness import cpus, evaluation
+    from harness.batch.sharing import SoloGate
     from harness.stages import timed
     seq = list(flags_seen)
     calls = []
+    quiets = []
+
+    class Lender(cpus.Lender):
+        def quiet(self):
+            quiets.append(len(calls))
+            return super().quiet()
+
+    build = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lender = Lender(set(), {})
+    lender.track(build.pid)
 
     def scripted(m, cfg, cuda, detail=None):
         calls.append(len(m.cand.times))
@@ -56,10 +72,19 @@ def test_a_flagged_measurement_is_taken_again_and_only_a_clean_one_is_reported(m
 
     monkeypatch.setattr(timed, "clock_checks", scripted)
     cfg = make_config(device="cpu", **{"hardening.clock_check_confirmations": confirmations})
-    r = evaluation.evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py", cfg)
+    try:
+        r = evaluation.evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py",
+                                cfg, gate=SoloGate(lender=lender))
+        state = open(f"/proc/{build.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    finally:
+        build.kill()
+        build.wait()
     assert r.status.value == status, (r.error, r.flags)
     assert len(calls) == measurements and all(n >= 2 for n in calls)
     assert r.timing_method.get("clock_check_measurements", 1) == measurements
+    assert quiets == list(range(1, measurements)) and state != "T"
+    if measurements > 1:
+        assert r.timing_method["builds_stopped"] == 1
     if status == "passed":
         assert r.timing_method["remeasured_after_clock_flag"] and r.speedup
         # the CPU path records where each side ran and the hypervisor's steal over the measurement

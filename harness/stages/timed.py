@@ -53,6 +53,8 @@ class PairTimer:
         self.not_quiet_since: Optional[float] = None
         self.not_quiet_for = ctx.cfg.timeouts.run_s + STOP_CREDIT_S + ctx.cfg.batch.quiet_max_s
         self.quiet_retries = 0
+        self.confirming = False  # measuring again after a host-clock flag (_confirmed)
+        self.builds_stopped = 0  # the most build processes this pair's confirming measurements stopped
         self.cpus_held: Optional[str] = None  # CPU path: how the candidate was held to its CPUs (cpus.held_to)
 
     def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
@@ -71,7 +73,12 @@ class PairTimer:
         # order; where untimed phases are shared ones instead, the timing waits for them anyway,
         # and taking the lock first would wait for one waiting for it
         lock = self.ref.lock if gate.stop_untimed else nullcontext()
-        with lock, gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how:
+        # a measurement confirming a host-clock flag runs with the batch's builds stopped (cpus.Lender.quiet)
+        quiet = gate.lender.quiet() if self.confirming and gate.lender is not None else nullcontext(0)
+        with lock, gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how, \
+                quiet as stopped:
+            if stopped:
+                self.builds_stopped = max(self.builds_stopped, stopped)
             if not ctx.cuda:
                 self.cpus_held = how
             busy = held.preempted or self.not_quiet_since is not None
@@ -166,11 +173,16 @@ class PairTimer:
         if cheats:
             note["clock_check"] = first
         again: dict = {}
+        self.builds_stopped = 0
         # a report longer than the parent's own wall around it is no noise: never measured again (a
         # helper's attack tripped it on purpose, to be given a second measurement to cheat in)
         while cheats and "impossible_timing" not in cheats and measurements <= cfg.hardening.clock_check_confirmations:
             again = {}
-            m2 = self._once(c, r, pair)
+            self.confirming = True
+            try:
+                m2 = self._once(c, r, pair)
+            finally:
+                self.confirming = False
             measurements += 1
             if m2.error:
                 break
@@ -187,6 +199,8 @@ class PairTimer:
                 note["remeasured_after_clock_flag"] = True
         if measurements > 1:
             note["clock_check_measurements"] = measurements
+            if self.builds_stopped:
+                note["builds_stopped"] = self.builds_stopped
         # how near every record came to the wall test's flag, flagged or not: the honest margin over
         # a corpus is what the floor (hardening.wall_rel) can be set from
         stands = again if measurements > 1 else first
