@@ -8,7 +8,7 @@ import pytest
 from conftest import fake_measurement as _measurement
 from conftest import make_config
 
-from harness.timing.stats import summarize, widen_for_process_bias
+from harness.timing.stats import side_offset_us, summarize, widen_for_process_bias
 
 
 def test_summarize():
@@ -35,6 +35,23 @@ def test_the_process_offset_widens_a_small_kernels_interval_and_not_a_large_ones
     # each side its own offset: a fused candidate (one launch) against a reference of many
     _, rel = widen_for_process_bias(ci, 2.0, 0.040, 0.020, 1.0, 0.03)
     assert rel == pytest.approx(math.hypot(1.0 / 40, 0.03 / 20))
+
+
+def test_a_long_forwards_interval_is_widened_by_a_share_of_its_median():
+    """timing.process_offset_floor_rel: a forward of milliseconds moves by a share of its median from
+    process to process (memory layout, the GPU's state), not by microseconds: identities of 1-13 ms
+    spread about 0.1% in the ratio, and without this term 14-20% of their intervals excluded 1. A
+    few-microsecond forward keeps the launch model's offset, which is larger there."""
+    t = make_config(device="cuda").timing
+    assert side_offset_us(t, False, 1, 0.004) == t.process_bias_us  # 4 us: the model
+    assert side_offset_us(t, False, 1, 3.0) == pytest.approx(3000 * t.process_offset_floor_rel)  # 3 ms: 2.1 us
+    (lo, hi), rel = widen_for_process_bias((0.9995, 1.0005), 1.0, 3.0, 3.0,
+                                           side_offset_us(t, False, 1, 3.0), side_offset_us(t, False, 1, 3.0))
+    assert rel == pytest.approx(math.sqrt(2) * t.process_offset_floor_rel)
+    # an identity 0.15% off (within the corpus's p5-p95) is inside its interval
+    assert lo < 0.9985 and hi > 1.0015
+    off = make_config(device="cuda", **{"timing.process_offset_floor_rel": 0.0}).timing
+    assert side_offset_us(off, False, 1, 3.0) == off.process_bias_us
 
 
 def test_the_process_offset_grows_with_each_launch_after_the_first():

@@ -8,15 +8,16 @@ from typing import Optional
 
 from ..records.result import EvalResult, Status
 from ..reference import ReferenceSession
-from ..timing.stats import process_bias_us, ratio_ci, widen_for_process_bias
+from ..timing.stats import ratio_ci, side_offset_us, widen_for_process_bias
 from .context import Context, Failure
 from .timed import Timed, process_medians
 
 
 def speedup(ctx: Context, timed: Timed, ref: ReferenceSession) -> None:
     """The reference's median over the candidate's, with a bootstrap interval over the calls. On a
-    GPU the interval is widened by each side's process offset (the model's, or what its own
-    processes showed where that is larger, averaged over the processes it was timed in), and a
+    GPU the interval is widened by each side's process offset (the model's, at least a share of its
+    median, or what its own processes showed where that is larger, averaged over the processes it
+    was timed in), and a
     kernel so short that the offset is over 1% of it is flagged."""
     res, t, m, spans = ctx.res, ctx.cfg.timing, timed.pooled, timed.spans
     res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
@@ -28,7 +29,8 @@ def speedup(ctx: Context, timed: Timed, ref: ReferenceSession) -> None:
     launches = {"candidate": m.cand.launch_count(), "reference": m.ref.launch_count()}
     meds = {k: process_medians(timed.measured, k, timed.processes[k], spans) for k in launches}
     seen_sd = {k: statistics.stdev(v) * 1e3 if len(v) > 1 else 0.0 for k, v in meds.items()}
-    bias = {k: max(process_bias_us(t, spans, n), seen_sd[k]) / math.sqrt(timed.processes[k])
+    median = {"candidate": res.runtime_ms, "reference": res.ref_runtime_ms}
+    bias = {k: max(side_offset_us(t, spans, n, median[k]), seen_sd[k]) / math.sqrt(timed.processes[k])
             for k, n in launches.items()}
     if len(timed.measured) > 1:
         tm["process_sd_us"] = {k: round(v, 4) for k, v in seen_sd.items()}

@@ -4,7 +4,7 @@
 model: each process adds an offset of its own to a side's median (`process_bias_us`,
 `process_offset_rel`), which more calls do not shrink and more processes do, so a side is timed in
 several processes where it matters (`processes_for`, `processes_needed`, `pairs_within_budget`) and the
-interval is widened for what remains (`widen_for_process_bias`).
+interval is widened for what remains (`side_offset_us`, `widen_for_process_bias`).
 """
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ def process_bias_us(t, spans: bool, launches: Optional[int]) -> float:
     side's count per call (None: not counted, taken as one)."""
     base = t.kernel_span_process_bias_us if spans else t.process_bias_us
     return base + t.process_bias_per_launch_us * max(0, (launches or 1) - 1)
+
+
+def side_offset_us(t, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> float:
+    """The offset a side's interval is widened for: the model's (process_bias_us), or
+    `process_offset_floor_rel` of its median where that is larger: in a forward of milliseconds the
+    process's memory layout and the GPU's state move the median by a share of it, not by microseconds."""
+    return max(process_bias_us(t, spans, launches), t.process_offset_floor_rel * (median_ms or 0.0) * 1e3)
 
 
 def process_offset_rel(t, spans: bool, launches: Optional[int], median_ms: Optional[float]) -> float:
