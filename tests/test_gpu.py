@@ -376,7 +376,7 @@ def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_
     or, their host work out of step with what they report, are rejected (seen on an H100 and an H200).
     With one CPU shared by both sides (`[hardening] timing_cpus = "shared"`) the attack must not pay
     either, but it does reach the reference: the wall check's detail, printed beside an honest
-    solution's, shows the reference's rounds slowed (on an H200 its floor 1.77 ms against 0.28 ms),
+    solution's, shows the reference's side slowed (on an H200 its floor 0.42-1.77 ms against 0.28-0.33),
     which loosens the check for hidden time."""
     import os
     import shutil
