@@ -56,9 +56,22 @@ def torch_versions() -> tuple[str, Optional[str]]:
         return str(torch.__version__), torch.version.cuda
 
 
+@functools.lru_cache(maxsize=1)
+def torch_dir() -> str:
+    """Where the installed torch lives: its headers' paths are in every build's commands."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    return str(Path(list(spec.submodule_search_locations)[0]).resolve()) if spec else ""
+
+
 def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
+    """The build folder of a solution's extensions, by everything its build depends on. The Python
+    installation and torch's place count too: a cache shared by two checkouts (the root's
+    /var/cache/harness) would otherwise hand one the other's build, whose commands name the other's
+    headers, and the candidate's load_inline then rebuilds inside `timeouts.load_s` (a new user's
+    honest solution timed out so)."""
     key = "\n".join([code, torch_versions()[0], device, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
-                     sys.version.split()[0]])
+                     sys.version.split()[0], sys.prefix, torch_dir()])
     d = cache_dir / "ext" / hashlib.sha256(key.encode()).hexdigest()[:20]
     d.mkdir(parents=True, exist_ok=True)
     return d.resolve()

@@ -80,3 +80,49 @@ def test_cpu_children_get_a_history_free_heap(monkeypatch):
     cpu, gpu = child_env(None, "cpu"), child_env(None, "cuda")
     assert int(cpu["MALLOC_MMAP_THRESHOLD_"]) == int(gpu["MALLOC_MMAP_THRESHOLD_"]) == 32 << 20
     assert int(cpu["MALLOC_TRIM_THRESHOLD_"]) >= 1 << 30 and "MALLOC_TRIM_THRESHOLD_" not in gpu
+
+
+def test_a_build_folder_belongs_to_one_python_installation_and_torch(tmp_path, monkeypatch):
+    """Two checkouts share the root's build cache; a build made by one names its own headers in its
+    commands, and the other's load_inline would rebuild it inside the candidate's load timeout (a new
+    user's honest solution timed out so). So the folder's key holds the installation's prefix and
+    torch's place."""
+    import sys
+
+    import harness.build as build
+    code = (ROOT / "tests/fixtures/cpu/honest_cpp.py").read_text()
+    here = build.extensions_dir(code, "cpu", tmp_path)
+    assert build.extensions_dir(code, "cpu", tmp_path) == here
+    monkeypatch.setattr(sys, "prefix", "/elsewhere/.venv")
+    assert build.extensions_dir(code, "cpu", tmp_path) != here
+    monkeypatch.undo()
+    monkeypatch.setattr(build, "torch_dir", lambda: "/elsewhere/site-packages/torch")
+    assert build.extensions_dir(code, "cpu", tmp_path) != here
+
+
+def test_a_build_lock_left_by_a_killed_import_is_removed(tmp_path):
+    """torch's load_inline takes a lock file in the extension's build folder for every load, built or
+    not, and waits for it forever where it is held. A candidate killed while holding it (its import
+    over `timeouts.load_s`) leaves it: the harness removes it then, says so, and the next evaluation
+    of the same build passes."""
+    import os
+
+    from conftest import make_config
+
+    import harness.build as build
+    from harness.evaluation import evaluate
+    os.chmod(tmp_path, 0o755)
+    sol, prob = ROOT / "tests/fixtures/cpu/honest_cpp.py", ROOT / "tests/problems/relu_add.py"
+    cfg = make_config(device="cpu", cache_dir=str(tmp_path), **{"timeouts.load_s": 8})
+    first = evaluate(sol, prob, cfg)
+    assert first.status.value == "passed", first.error
+    ext = build.extensions_dir(sol.read_text(), "cpu", tmp_path)
+    folders = [d for d in ext.iterdir() if d.is_dir()]
+    assert folders
+    for d in folders:  # as a killed loader leaves it
+        (d / "lock").touch()
+    stuck = evaluate(sol, prob, cfg)
+    assert stuck.status.value == "timeout" and "build lock" in stuck.error, stuck.error
+    assert not list(ext.glob("*/lock"))
+    again = evaluate(sol, prob, cfg)
+    assert again.status.value == "passed", again.error

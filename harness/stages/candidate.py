@@ -61,7 +61,7 @@ class CandidateProcesses:
             t0 = clock()
             self.first = self._spawn(phase)
             gate.register(self.first)
-            wait_load(self.first, cfg.timeouts.load_s)
+            wait_load(self.first, cfg.timeouts.load_s, self.built.ext_dir)
             t1 = clock()
             ask(self.first, BuildCommand(init_seed=self.ref.plan.init_seed), cfg.timeouts.load_s,
                 "building ModelNew")
@@ -89,7 +89,7 @@ class CandidateProcesses:
                 self.further.append(new[-1])
             gate.register(self.first, *self.further)
             for w in new:
-                wait_load(w, cfg.timeouts.load_s)
+                wait_load(w, cfg.timeouts.load_s, self.built.ext_dir)
             # each step sent to every process, then their replies read: they work at once
             sent = [(w, w.send(BuildCommand(init_seed=seed))) for w in new]
             for w, t0 in sent:

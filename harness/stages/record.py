@@ -17,8 +17,7 @@ def speedup(ctx: Context, timed: Timed, ref: ReferenceSession) -> None:
     """The reference's median over the candidate's, with a bootstrap interval over the calls. On a
     GPU the interval is widened by each side's process offset (the model's, at least a share of its
     median, or what its own processes showed where that is larger, averaged over the processes it
-    was timed in), and a
-    kernel so short that the offset is over 1% of it is flagged."""
+    was timed in), and a kernel so short that the offset is over 1% of it is flagged."""
     res, t, m, spans = ctx.res, ctx.cfg.timing, timed.pooled, timed.spans
     res.speedup = res.ref_runtime_ms / res.runtime_ms if res.runtime_ms else None
     res.speedup_ci = ratio_ci(m.ref.timed(spans), m.cand.timed(spans), seed=ref.rng.getrandbits(32))
