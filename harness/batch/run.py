@@ -107,6 +107,12 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
         pipe = Pipeline(items, cfg, executor, device, size, dtype, results, events, summary, console,
                         not quiet, compile_env)
         summary.setup_s = time.perf_counter() - t_start
+        if items and not quiet:  # before the first verdict, which can be a build's minute away
+            builds = sum(it.builds for it in items)
+            console.print(f"scoring {len(items)} solution(s) of {len({it.problem.name for it in items})} problem(s) on "
+                          f"{', '.join(s.name for s in slots)} into {run_dir}"
+                          + (f"; {builds} build extensions first (about a CPU-minute each), the rest meanwhile"
+                             if builds else ""), highlight=False, soft_wrap=True)
 
         old_term = signal.getsignal(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
