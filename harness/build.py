@@ -263,13 +263,26 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
             return reply, None, log, _reap_cpu(w.proc.pid) if idle else None
         except WorkerTimeout:
             w.kill()
+            clear_build_locks(ext_dir)
             return None, "timeout", w.log_tail(), None
         except (WorkerDied, WorkerProtocolError, ValueError) as e:
-            return None, f"died: {e}", w.log_tail(), _reap_cpu(w.proc.pid, wait=0.5) if idle else None
+            cpu = _reap_cpu(w.proc.pid, wait=0.5) if idle else None
+            clear_build_locks(ext_dir)
+            return None, f"died: {e}", w.log_tail(), cpu
     finally:
         if lender is not None:
             lender.untrack(w.proc.pid)
         w.close()
+
+
+def clear_build_locks(ext_dir: Path) -> int:
+    """Remove torch's build locks (`<extension>/lock`) from a build folder whose process was killed
+    or died: load_inline takes one for every load, built or not, and waits forever where one is
+    left. Returns how many there were."""
+    locks = list(ext_dir.glob("*/lock"))
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+    return len(locks)
 
 
 def idle_priority(pid: int) -> None:

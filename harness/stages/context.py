@@ -105,16 +105,14 @@ def _verdict_of(worker: Worker, timeout: float, what: str, read):
 
 def wait_load(worker: Worker, timeout: float, ext_dir: Optional[Path] = None) -> None:
     """The candidate's import of the solution, as a verdict where it fails. `ext_dir`: its build
-    folder, where a killed import may leave torch's build lock (`<name>/lock`), which every later
-    load_inline of that extension would wait on forever: removed."""
+    folder, where a killed import may leave torch's build lock (build.clear_build_locks)."""
     try:
         reply = worker.wait_reply("load", timeout)
     except WorkerTimeout:
         worker.kill()
-        locks = sorted(ext_dir.glob("*/lock")) if ext_dir is not None else []
-        for lock in locks:
-            lock.unlink(missing_ok=True)
-        why = (" (load_inline was building again or waiting on a build lock, removed since)" if locks else "")
+        from ..build import clear_build_locks
+        why = (" (load_inline was building again or waiting on a build lock, removed since)"
+               if ext_dir is not None and clear_build_locks(ext_dir) else "")
         raise Failure(Status.timeout, f"importing the solution took over {timeout:g} s{why}", log=worker.log_tail()) from None
     except WorkerDied as e:
         raise Failure(Status.runtime_error, f"the solution's process died while importing: {describe_exit(e.returncode)}",
