@@ -278,11 +278,31 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
 def clear_build_locks(ext_dir: Path) -> int:
     """Remove torch's build locks (`<extension>/lock`) from a build folder whose process was killed
     or died: load_inline takes one for every load, built or not, and waits forever where one is
-    left. Returns how many there were."""
-    locks = list(ext_dir.glob("*/lock"))
-    for lock in locks:
-        lock.unlink(missing_ok=True)
-    return len(locks)
+    left. Returns how many there were. The folder's contents are the solution's (its jail writes
+    them): each subfolder is opened without following links and the lock unlinked through it, so a
+    link planted there cannot point the parent's unlink at a file of someone else's named `lock`."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        top = os.open(ext_dir, flags)
+    except OSError:
+        return 0
+    n = 0
+    try:
+        for name in os.listdir(top):
+            try:
+                sub = os.open(name, flags, dir_fd=top)
+            except OSError:
+                continue  # not a folder, or a link
+            try:
+                os.unlink("lock", dir_fd=sub)
+                n += 1
+            except OSError:
+                pass  # none there, or not a file
+            finally:
+                os.close(sub)
+    finally:
+        os.close(top)
+    return n
 
 
 def idle_priority(pid: int) -> None:

@@ -126,3 +126,19 @@ def test_a_build_lock_left_by_a_killed_import_is_removed(tmp_path):
     assert not list(ext.glob("*/lock"))
     again = evaluate(sol, prob, cfg)
     assert again.status.value == "passed", again.error
+
+
+def test_clearing_build_locks_follows_no_link_the_solution_planted(tmp_path):
+    """build.clear_build_locks runs as the harness over a folder the solution wrote: a subfolder that
+    is a link to another folder (another solution's build, or any folder with a file named `lock`)
+    is passed over; a real subfolder's lock is removed."""
+    import harness.build as build
+    ext, victim = tmp_path / "ext", tmp_path / "victim"
+    (ext / "mine").mkdir(parents=True)
+    victim.mkdir()
+    (ext / "mine" / "lock").touch()
+    (victim / "lock").touch()
+    (ext / "planted").symlink_to(victim, target_is_directory=True)
+    assert build.clear_build_locks(ext) == 1
+    assert not (ext / "mine" / "lock").exists() and (victim / "lock").exists()
+    assert build.clear_build_locks(tmp_path / "none") == 0
