@@ -231,11 +231,12 @@ class Lender:
             _set_tree(root, mask)
 
 
-def _set_tree(root: int, mask: set[int]) -> None:
-    """`mask` on every thread of `root` and its descendants. Each thread is set before its children
-    are listed, so one forked meanwhile inherits the new mask. Without the kernel's children lists,
+def _walk_tree(root: int, visit) -> None:
+    """`visit(pid, tids)` on `root` and each of its descendants, before that process's children are
+    listed, so that one forked meanwhile is seen or inherits what the visit did; a visit that
+    returns False (the process is gone) skips its children. Without the kernel's children lists,
     the map from one pass over /proc misses a child forked between that pass and its parent's
-    update: a second pass finds it."""
+    visit: a second pass finds it (each process visited again)."""
     direct = _children_lists(root)
     for _ in range(1 if direct else 2):
         kids = None if direct else children_by_parent()
@@ -246,18 +247,28 @@ def _set_tree(root: int, mask: set[int]) -> None:
                 tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
             except (OSError, ValueError):
                 continue
-            for t in tids:
-                try:
-                    os.sched_setaffinity(t, mask)
-                except OSError:
-                    pass  # it exited
-                if kids is None:
-                    try:
-                        stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
-                    except (OSError, ValueError):
-                        pass
+            if not visit(p, tids):
+                continue
             if kids is not None:
                 stack.extend(kids.get(p, ()))
+                continue
+            for t in tids:
+                try:
+                    stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
+                except (OSError, ValueError):
+                    pass
+
+
+def _set_tree(root: int, mask: set[int]) -> None:
+    """`mask` on every thread of `root` and its descendants."""
+    def visit(_pid, tids):
+        for t in tids:
+            try:
+                os.sched_setaffinity(t, mask)
+            except OSError:
+                pass  # it exited
+        return True
+    _walk_tree(root, visit)
 
 
 def _pidfd_signal(fd: int, sig: int) -> None:
@@ -268,35 +279,19 @@ def _pidfd_signal(fd: int, sig: int) -> None:
 
 
 def _stop_tree(root: int) -> dict[int, int]:
-    """SIGSTOP `root` and its descendants, each before its children are listed (a stopped process
-    forks no more); a second pass where the children come from one scan of /proc. Returns a pidfd
-    per process stopped (by pid), so that the SIGCONT reaches that process and no later one of its pid."""
+    """SIGSTOP `root` and its descendants (a stopped process forks no more). Returns a pidfd per
+    process stopped (by pid), so that the SIGCONT reaches that process and no later one of its pid."""
     fds: dict[int, int] = {}
-    direct = _children_lists(root)
-    for _ in range(1 if direct else 2):
-        kids = None if direct else children_by_parent()
-        stack = [root]
-        while stack:
-            p = stack.pop()
-            if p not in fds:
-                try:
-                    fd = os.pidfd_open(p)
-                except OSError:
-                    continue  # it exited
-                fds[p] = fd
-                _pidfd_signal(fd, signal.SIGSTOP)
-            if kids is not None:
-                stack.extend(kids.get(p, ()))
-                continue
+
+    def visit(pid, _tids):
+        if pid not in fds:
             try:
-                tids = os.listdir(f"/proc/{p}/task")
+                fds[pid] = os.pidfd_open(pid)
             except OSError:
-                continue
-            for t in tids:
-                try:
-                    stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
-                except (OSError, ValueError):
-                    pass
+                return False  # it exited
+            _pidfd_signal(fds[pid], signal.SIGSTOP)
+        return True
+    _walk_tree(root, visit)
     return fds
 
 
