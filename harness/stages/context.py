@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..version import __version__
+from ..build import clear_build_locks
 from ..config import Config, Tolerance
 from ..memory import Hold
 from ..process.standby import Standby
@@ -110,11 +111,12 @@ def wait_load(worker: Worker, timeout: float, ext_dir: Optional[Path] = None) ->
         reply = worker.wait_reply("load", timeout)
     except WorkerTimeout:
         worker.kill()
-        from ..build import clear_build_locks
         why = (" (load_inline was building again or waiting on a build lock, removed since)"
                if ext_dir is not None and clear_build_locks(ext_dir) else "")
         raise Failure(Status.timeout, f"importing the solution took over {timeout:g} s{why}", log=worker.log_tail()) from None
     except WorkerDied as e:
+        if ext_dir is not None:
+            clear_build_locks(ext_dir)
         raise Failure(Status.runtime_error, f"the solution's process died while importing: {describe_exit(e.returncode)}",
                       log=worker.log_tail()) from None
     except WorkerProtocolError as e:
