@@ -68,7 +68,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.device = reference.device if reference else resolve_device(cfg)
     ctx.size = reference.size if reference else resolve_size(cfg, ctx.device)
     ctx.dtype = None if cfg.dtype == "auto" else cfg.dtype
-    ctx.res.device = ctx.device
+    ctx.res.device, ctx.res.size = ctx.device, ctx.size
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)

@@ -32,7 +32,11 @@ def print_result(r: EvalResult, console: Console) -> None:
         t.add_row("flags", ", ".join(r.flags))
     if r.speedup is not None:
         ci = f"  (95% CI {r.speedup_ci[0]:.3f}-{r.speedup_ci[1]:.3f})" if r.speedup_ci else ""
-        t.add_row("speedup", f"{r.speedup:.3f}x{ci}")
+        slower = "  (slower than the reference)" if r.speedup_ci and r.speedup_ci[1] < 1 else ""
+        t.add_row("speedup", f"{r.speedup:.3f}x{ci}{slower}")
+    if r.size:
+        t.add_row("size", "the problem's own shapes (full)" if r.size == "full" else
+                  f"{r.size}: the problem's CPU preset, not its own shapes (--size full for those)")
     if r.runtime_stats:
         s = r.runtime_stats
         t.add_row("candidate", f"median {_ms(s.median)}  mean {_ms(s.mean)}  std {_ms(s.std)}  n={s.count}")

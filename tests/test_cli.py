@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import CACHE, ROOT
 
 REQUIRED = {"problem", "solution", "status", "flags", "speedup", "runtime_ms", "ref_runtime_ms", "max_abs_diff",
-            "max_rel_diff", "error", "env", "phases"}
+            "max_rel_diff", "error", "env", "phases", "size"}
 
 
 def run_cli(*args, timeout=600):
@@ -29,7 +29,7 @@ def test_eval_json_is_one_object_on_stdout():
     assert len(lines) == 1, "exactly one JSON object, nothing else, on stdout (the solution printed 100 MB)"
     rec = json.loads(lines[0])
     assert REQUIRED <= rec.keys()
-    assert rec["status"] == "passed" and rec["env"]["torch"]
+    assert rec["status"] == "passed" and rec["env"]["torch"] and rec["size"] == "small"
     assert rec["runtime_ms"] > 0 and rec["runtime_stats"]["count"] >= 5
     # the numerics the reference ran with, in every record (correctness.allow_tf32 = false)
     env = rec["env"]
@@ -41,6 +41,7 @@ def test_eval_problem_by_name_and_table_output():
                 "--problem", "relu_add", "--problems", "tests/problems", "--device", "cpu")
     assert p.returncode == 1, p.stderr[-2000:]  # a verdict other than passed
     assert "incorrect" in p.stdout and "NaN" in p.stdout
+    assert "CPU preset" in p.stdout  # what was run: not the problem's own shapes
 
 
 def test_raw_seed_response_is_no_code():

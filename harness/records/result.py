@@ -147,6 +147,7 @@ class EvalResult(BaseModel):
     config_hash: Optional[str] = None
     config: Optional[dict[str, Any]] = None  # the effective config (harness eval; a batch writes config.json)
     device: Optional[str] = None
+    size: Optional[str] = None  # "full": the problem's own shapes; "small": its CPU preset (config.size)
     slot: Optional[str] = None  # the batch's device slot it ran on ("cuda:1"); env.gpu_uuid names the GPU
     harness_version: Optional[str] = None
     started_at: Optional[str] = None
