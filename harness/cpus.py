@@ -136,7 +136,7 @@ class Lender:
         self.background = set(background)
         self.timing = {c: set(r) for c, r in timing.items()}  # timing CPU -> the CPUs reserved with it
         self._held: Counter = Counter()  # timing CPUs now reclaimed, by how many phases
-        self._roots: set[int] = set()
+        self._roots: dict[int, int] = {}  # a build child's pid -> its pidfd, taken as it starts
         self._lock = threading.Lock()
         self.moves = 0  # masks applied to build trees (for tests)
         self.reclaims = 0  # timing phases that took their CPU back, and the seconds that took them
@@ -163,17 +163,26 @@ class Lender:
         return out
 
     def track(self, pid: int) -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return  # it exited
         with self._lock:
-            self._roots.add(pid)
+            old = self._roots.pop(pid, None)
+            if old is not None:
+                os.close(old)
+            self._roots[pid] = fd
             self._apply([pid], self.mask())
             if self._quiet:
-                fds = _stop_tree(pid)
+                fds = _stop_tree(pid, fd)
                 _wait_stopped(fds)
                 self._stopped += fds.values()
 
     def untrack(self, pid: int) -> None:
         with self._lock:
-            self._roots.discard(pid)
+            fd = self._roots.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
 
     @contextmanager
     def reclaimed(self, cpu: Optional[int]):
@@ -208,8 +217,8 @@ class Lender:
             n = 0
             if self._quiet == 1:
                 fds = {}
-                for root in list(self._roots):
-                    fds.update(_stop_tree(root))
+                for root, fd in list(self._roots.items()):
+                    fds.update(_stop_tree(root, fd))
                 _wait_stopped(fds)
                 self._stopped = list(fds.values())
                 self.quiets += 1
@@ -228,47 +237,79 @@ class Lender:
     def _apply(self, roots: list[int], mask: set[int]) -> None:
         for root in roots:
             self.moves += 1
-            _set_tree(root, mask)
+            _set_tree(root, mask, self._roots.get(root))
 
 
-def _walk_tree(root: int, visit) -> None:
-    """`visit(pid, tids)` on `root` and each of its descendants, before that process's children are
-    listed, so that one forked meanwhile is seen or inherits what the visit did; a visit that
-    returns False (the process is gone) skips its children. Without the kernel's children lists,
-    the map from one pass over /proc misses a child forked between that pass and its parent's
-    visit: a second pass finds it (each process visited again)."""
+def _walk_tree(root: int, visit, root_fd: Optional[int] = None) -> None:
+    """`visit(pid, pidfd, tids)` on `root` and each of its descendants, before that process's
+    children are listed, so that one forked meanwhile is seen or inherits what the visit did; a visit
+    that returns False skips its children. A pid read from a list can be a process's that exited and
+    whose pid went to another since (a build can time its children's exits to a neighbour's fork, and
+    had the parent stop a process of root's so: a helper's attack), so each is pinned by a pidfd and
+    visited only while its parent is the one it was listed under; a list is kept only if its process
+    outlived the reading. `root_fd`: the root's pidfd, taken when it started (else taken here).
+    Without the kernel's children lists, the map from one pass over /proc misses a child forked
+    between that pass and its parent's visit: a second pass finds it (each process visited again)."""
     direct = _children_lists(root)
     for _ in range(1 if direct else 2):
         kids = None if direct else children_by_parent()
-        stack = [root]
+        stack: list[tuple[int, Optional[int]]] = [(root, None)]
         while stack:
-            p = stack.pop()
+            p, parent = stack.pop()
             try:
-                tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
-            except (OSError, ValueError):
-                continue
-            if not visit(p, tids):
-                continue
-            if kids is not None:
-                stack.extend(kids.get(p, ()))
-                continue
-            for t in tids:
+                fd = os.dup(root_fd) if parent is None and root_fd is not None else os.pidfd_open(p)
+            except OSError:
+                continue  # it exited
+            try:
+                if parent is not None and (_ppid(p) != parent or not _alive(fd)):
+                    continue  # not the child it was listed as
                 try:
-                    stack.extend(int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split())
+                    tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
                 except (OSError, ValueError):
-                    pass
+                    continue
+                if not _alive(fd) or not visit(p, fd, tids):
+                    continue
+                if kids is not None:
+                    found = list(kids.get(p, ()))
+                else:
+                    found = []
+                    for t in tids:
+                        try:
+                            found += [int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+                        except (OSError, ValueError):
+                            pass
+                    if not _alive(fd):
+                        continue  # gone while listed: the list may be its pid's next owner's
+                stack.extend((c, p) for c in found)
+            finally:
+                os.close(fd)
 
 
-def _set_tree(root: int, mask: set[int]) -> None:
+def _alive(fd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(fd, 0)
+        return True
+    except OSError:
+        return False
+
+
+def _ppid(pid: int) -> Optional[int]:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _set_tree(root: int, mask: set[int], root_fd: Optional[int] = None) -> None:
     """`mask` on every thread of `root` and its descendants."""
-    def visit(_pid, tids):
+    def visit(_pid, _fd, tids):
         for t in tids:
             try:
                 os.sched_setaffinity(t, mask)
             except OSError:
                 pass  # it exited
         return True
-    _walk_tree(root, visit)
+    _walk_tree(root, visit, root_fd)
 
 
 def _pidfd_signal(fd: int, sig: int) -> None:
@@ -278,20 +319,18 @@ def _pidfd_signal(fd: int, sig: int) -> None:
         pass  # it exited
 
 
-def _stop_tree(root: int) -> dict[int, int]:
-    """SIGSTOP `root` and its descendants (a stopped process forks no more). Returns a pidfd per
-    process stopped (by pid), so that the SIGCONT reaches that process and no later one of its pid."""
+def _stop_tree(root: int, root_fd: Optional[int] = None) -> dict[int, int]:
+    """SIGSTOP `root` and its descendants (a stopped process forks no more), through pidfds
+    (`_walk_tree`). Returns a pidfd per process stopped (by pid), so that the SIGCONT reaches that
+    process and no later one of its pid."""
     fds: dict[int, int] = {}
 
-    def visit(pid, _tids):
+    def visit(pid, fd, _tids):
         if pid not in fds:
-            try:
-                fds[pid] = os.pidfd_open(pid)
-            except OSError:
-                return False  # it exited
+            fds[pid] = os.dup(fd)
             _pidfd_signal(fds[pid], signal.SIGSTOP)
         return True
-    _walk_tree(root, visit)
+    _walk_tree(root, visit, root_fd)
     return fds
 
 

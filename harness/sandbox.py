@@ -120,7 +120,9 @@ def open_to(ext_dir: Path, gid: int) -> None:
                     stack.append((fd, depth + 1))
                     continue
                 try:
-                    if stat.S_ISREG(st.st_mode):
+                    # a second name of a file elsewhere (a hard link, where the host lets anyone
+                    # make one to a file not theirs: fs.protected_hardlinks=0) is left as it is
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                         os.fchown(fd, 0, gid)
                         # group-writable: ninja appends its log, torch rewrites a changed source;
                         # only the solution's own processes are in the group

@@ -201,6 +201,13 @@ def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(mon
             "print(k.pid, flush=True); time.sleep(60)\n")
     build = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # a process that is no build's, listed under the build as a pid reused since would be (a helper's
+    # attack): the walk takes none but a process whose parent is the one it was listed under
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    if not children_lists:
+        scan = cpus.children_by_parent
+        monkeypatch.setattr(cpus, "children_by_parent",
+                            lambda: {**scan(), build.pid: scan().get(build.pid, []) + [foreign.pid]})
     lender = cpus.Lender(set(), {})
     try:
         grandchild = int(build.stdout.readline())
@@ -211,10 +218,14 @@ def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(mon
             with lender.quiet() as nested:
                 assert nested == 0
             assert {state(p) for p in (build.pid, grandchild, late.pid)} == {"T"}
+            assert state(foreign.pid) != "T"
         assert "T" not in {state(p) for p in (build.pid, grandchild, late.pid)}
         assert lender.quiets == 1
+        lender.untrack(build.pid)
+        lender.untrack(late.pid)
+        assert not lender._roots
     finally:
-        for p in (build, late):
+        for p in (build, late, foreign):
             p.kill()
             p.wait()
         os.kill(grandchild, 9)

@@ -137,10 +137,15 @@ def test_root_never_follows_what_a_jailed_build_left_in_its_folder(open_dir):
     os.symlink(victim, ext / "mod" / "source.cpp")
     os.symlink(victim_dir, ext / "linked_dir")
     os.mkfifo(ext / "mod" / "fifo.so")
+    hard = victim_dir / "hard"  # a hard link to it (a host without fs.protected_hardlinks lets a jail make one)
+    hard.write_text("ORIGINAL")
+    os.chmod(hard, 0o600)
+    os.link(hard, ext / "mod" / "hard.so")
 
     open_to(ext, 4242)
-    st = os.stat(victim)
-    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
+    for v in (victim, hard):
+        st = os.stat(v)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600), v
     st = os.stat(victim_dir)
     assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
     assert os.stat(ext / "mod" / "mod.so").st_gid == 4242
