@@ -246,22 +246,27 @@ def _walk_tree(root: int, visit, root_fd: Optional[int] = None) -> None:
     that returns False skips its children. A pid read from a list can be a process's that exited and
     whose pid went to another since (a build can time its children's exits to a neighbour's fork, and
     had the parent stop a process of root's so: a helper's attack), so each is pinned by a pidfd and
-    visited only while its parent is the one it was listed under; a list is kept only if its process
-    outlived the reading. `root_fd`: the root's pidfd, taken when it started (else taken here).
-    Without the kernel's children lists, the map from one pass over /proc misses a child forked
-    between that pass and its parent's visit: a second pass finds it (each process visited again)."""
+    visited only while its parent, itself pinned until its children are checked, is alive and is the
+    one it was listed under (while a process lives, its pid is no one else's); a list is kept only if
+    its process outlived the reading. `root_fd`: the root's pidfd, taken when it started (else taken
+    here). Without the kernel's children lists, the map from one pass over /proc misses a child
+    forked between that pass and its parent's visit: a second pass finds it (each visited again)."""
     direct = _children_lists(root)
     for _ in range(1 if direct else 2):
         kids = None if direct else children_by_parent()
-        stack: list[tuple[int, Optional[int]]] = [(root, None)]
+        held: dict[int, list[int]] = {}  # a listed parent's pidfd and its children still to check
+        tokens = itertools.count()
+        stack: list[tuple[int, Optional[int], Optional[int]]] = [(root, None, None)]
         while stack:
-            p, parent = stack.pop()
+            p, parent, token = stack.pop()
             try:
                 fd = os.dup(root_fd) if parent is None and root_fd is not None else os.pidfd_open(p)
             except OSError:
-                continue  # it exited
+                fd = None  # it exited
             try:
-                if parent is not None and (_ppid(p) != parent or not _alive(fd)):
+                if fd is None:
+                    continue
+                if parent is not None and (_ppid(p) != parent or not _alive(held[token][0]) or not _alive(fd)):
                     continue  # not the child it was listed as
                 try:
                     tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
@@ -280,9 +285,20 @@ def _walk_tree(root: int, visit, root_fd: Optional[int] = None) -> None:
                             pass
                     if not _alive(fd):
                         continue  # gone while listed: the list may be its pid's next owner's
-                stack.extend((c, p) for c in found)
+                if found:
+                    try:
+                        mine = next(tokens)
+                        held[mine] = [os.dup(fd), len(found)]
+                    except OSError:
+                        continue  # out of descriptors: its children are not taken
+                    stack.extend((c, p, mine) for c in found)
             finally:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
+                if token is not None:
+                    held[token][1] -= 1
+                    if not held[token][1]:
+                        os.close(held.pop(token)[0])
 
 
 def _alive(fd: int) -> bool:

@@ -209,6 +209,7 @@ def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(mon
         monkeypatch.setattr(cpus, "children_by_parent",
                             lambda: {**scan(), build.pid: scan().get(build.pid, []) + [foreign.pid]})
     lender = cpus.Lender(set(), {})
+    fds_before = len(os.listdir("/proc/self/fd"))
     try:
         grandchild = int(build.stdout.readline())
         lender.track(build.pid)
@@ -224,6 +225,7 @@ def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(mon
         lender.untrack(build.pid)
         lender.untrack(late.pid)
         assert not lender._roots
+        assert len(os.listdir("/proc/self/fd")) == fds_before  # every pidfd closed
     finally:
         for p in (build, late, foreign):
             p.kill()
