@@ -46,7 +46,7 @@ def test_the_cpu_fixtures_get_the_same_verdicts_through_ray_as_through_the_local
     assert set(local) == set(through_ray) == {e.path.name for e in exps}
     for e in exps:
         a, b = local[e.path.name], through_ray[e.path.name]
-        assert a["status"] == b["status"] == e.status, (e.path.name, a["status"], b["status"], b.get("error"))
+        assert a["status"] == b["status"] == e.status, (e.path.name, a["status"], b["status"], a.get("error"), b.get("error"))
         assert a["problem"] == b["problem"]
         if b.get("env"):  # evaluated on a slot: the record names the node it ran on
             assert b["env"]["hostname"]
