@@ -119,11 +119,9 @@ def children_by_parent() -> dict[int, list[int]]:
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        try:
-            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        kids.setdefault(ppid, []).append(int(d))
+        ppid = _ppid(int(d))
+        if ppid is not None:
+            kids.setdefault(ppid, []).append(int(d))
     return kids
 
 
@@ -309,11 +307,17 @@ def _alive(fd: int) -> bool:
         return False
 
 
-def _ppid(pid: int) -> Optional[int]:
+def _stat(pid: int) -> Optional[list[str]]:
+    """/proc/PID/stat's fields after the command's name (state, ppid, ...); None: it is gone."""
     try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
+
+
+def _ppid(pid: int) -> Optional[int]:
+    fields = _stat(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def _set_tree(root: int, mask: set[int], root_fd: Optional[int] = None) -> None:
@@ -362,10 +366,8 @@ def _wait_stopped(pids, limit_s: float = 0.2) -> None:
 
 
 def _state(pid: int) -> Optional[str]:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+    fields = _stat(pid)
+    return fields[0] if fields else None
 
 
 _turn = itertools.count()

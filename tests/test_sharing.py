@@ -438,7 +438,7 @@ def test_a_remeasurement_after_a_clock_flag_is_adopted_only_if_it_could_be_repor
         return m
     made = iter([measurement(False), measurement(True)])
     flags = iter([["timer_mismatch"], []])
-    monkeypatch.setattr(timed.PairTimer, "_once", lambda self, c, r, pair: next(made))
+    monkeypatch.setattr(timed.PairTimer, "_once", lambda self, c, r, pair, quiet_builds=False: next(made))
     monkeypatch.setattr(timed, "clock_checks", lambda m, cfg, cuda, note: next(flags))
     ctx = Context(cfg=load_config(), gate=DeviceGate(), problem=None, device="cuda", phases=PhaseTimes(),
                   res=EvalResult(problem="p", solution="s", status=Status.passed))

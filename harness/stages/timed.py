@@ -53,11 +53,10 @@ class PairTimer:
         self.not_quiet_since: Optional[float] = None
         self.not_quiet_for = ctx.cfg.timeouts.run_s + STOP_CREDIT_S + ctx.cfg.batch.quiet_max_s
         self.quiet_retries = 0
-        self.confirming = False  # measuring again after a host-clock flag (_confirmed)
         self.builds_stopped = 0  # the most build processes this pair's confirming measurements stopped
         self.cpus_held: Optional[str] = None  # CPU path: how the candidate was held to its CPUs (cpus.held_to)
 
-    def _measure(self, c: Worker, r: Worker, pair: int) -> Measurement:
+    def _measure(self, c: Worker, r: Worker, pair: int, quiet_builds: bool = False) -> Measurement:
         ctx, cfg = self.ctx, self.ctx.cfg
         gate, standby = ctx.gate, ctx.standby
         # nothing else on this device or beside it while either side is timed (this evaluation's
@@ -74,7 +73,7 @@ class PairTimer:
         # and taking the lock first would wait for one waiting for it
         lock = self.ref.lock if gate.stop_untimed else nullcontext()
         # a measurement confirming a host-clock flag runs with the batch's builds stopped (cpus.Lender.quiet)
-        quiet = gate.lender.quiet() if self.confirming and gate.lender is not None else nullcontext(0)
+        quiet = gate.lender.quiet() if quiet_builds and gate.lender is not None else nullcontext(0)
         with lock, gate.exclusive(keep=(c, r)) as held, cpus.pinned(placement, gate.lender), on_cpu as how, \
                 quiet as stopped:
             if stopped:
@@ -103,12 +102,12 @@ class PairTimer:
         """Past waiting for a busy GPU: a runaway neighbour's own timeout has fired by now."""
         return self.not_quiet_since is not None and time.perf_counter() - self.not_quiet_since > self.not_quiet_for
 
-    def _once(self, c: Worker, r: Worker, pair: int) -> Measurement:
+    def _once(self, c: Worker, r: Worker, pair: int, quiet_builds: bool = False) -> Measurement:
         run_s = self.ctx.cfg.timeouts.run_s
         try:
             while True:
                 try:
-                    return self._measure(c, r, pair)
+                    return self._measure(c, r, pair, quiet_builds)
                 except _NotQuiet:
                     # the device stays busy with work of a process it stopped: a kernel that may never
                     # end. Nothing is timed beside it: the gate goes back to the others (whose
@@ -178,11 +177,7 @@ class PairTimer:
         # helper's attack tripped it on purpose, to be given a second measurement to cheat in)
         while cheats and "impossible_timing" not in cheats and measurements <= cfg.hardening.clock_check_confirmations:
             again = {}
-            self.confirming = True
-            try:
-                m2 = self._once(c, r, pair)
-            finally:
-                self.confirming = False
+            m2 = self._once(c, r, pair, quiet_builds=True)
             measurements += 1
             if m2.error:
                 break
