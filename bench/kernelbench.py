@@ -283,6 +283,12 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
         bs = json.loads(batch_summary.read_text())
         out["lost_slots"], out["moved"] = bs.get("lost_slots") or {}, bs.get("moved", 0)
         out["skipped"] = len(bs.get("skipped") or [])
+        # each GPU's share of the batch's wall time held for timing: near 1, the slot is bound by its
+        # timing; well under it, by what feeds the timing (process starts, trials, judging)
+        bwall = bs.get("wall_s") or 0
+        for name, held in (bs.get("device_timing_held_s") or {}).items():
+            if name in out["slots"] and bwall:
+                out["slots"][name]["timing_held_share"] = round(held / bwall, 3)
     # where an evaluation's time went: per phase, the sum over records and the median record's
     phases: dict[str, list[float]] = {}
     for r in recs:
@@ -326,7 +332,7 @@ def markdown(s: dict) -> str:
              ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]
-    if len(s.get("slots") or {}) > 1 or s.get("lost_slots"):
+    if s.get("slots"):
         lines += ["per slot: " + "; ".join(f"{k} {v}" for k, v in s["slots"].items())
                   + f"; lost {s.get('lost_slots')}, moved {s.get('moved')}, skipped {s.get('skipped')}", ""]
     if s.get("phases"):

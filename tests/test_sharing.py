@@ -56,6 +56,8 @@ def test_timing_waits_for_shared_phases_and_new_ones_wait_behind_it():
     assert order == ["A+", "A-", "T+", "T-", "B+", "B-"], order
     ex = [e for e in gate.log if e[0] == "exclusive"]
     assert len(ex) == 1 and not any(_overlaps(ex[0], e) for e in gate.log if e is not ex[0])
+    # the slot's time held for timing (a batch's device_timing_held_s) is the timing phase's, not the waits
+    assert 0.2 <= gate.held_s <= ex[0][2] - ex[0][1] + 0.01 < 0.3, gate.held_s
 
 
 def test_timing_stops_every_candidate_process_but_the_pair_it_times():

@@ -175,6 +175,10 @@ class Executor(Protocol):
 
     def overdue_phases(self) -> dict[str, int]: ...
 
+    def held_seconds(self) -> dict[str, float]:
+        """Per slot, seconds its device was held for timing (sharing.DeviceGate.held_s)."""
+        ...
+
     def shutdown(self, cancel: bool = False) -> None: ...
 
 
@@ -565,6 +569,9 @@ class LocalExecutor:
     def overdue_phases(self) -> dict[str, int]:
         """Per slot, candidate phases that gave up their lane for running long (DeviceGate.stoppable)."""
         return {name: rt.gate.overdue for name, rt in self._runtimes.items()}
+
+    def held_seconds(self) -> dict[str, float]:
+        return {name: rt.gate.held_s for name, rt in self._runtimes.items()}
 
     def shutdown(self, cancel: bool = False) -> None:
         if self._fault is not None:

@@ -77,6 +77,7 @@ class BatchSummary:
     occupied_s: dict[str, float] = field(default_factory=dict)
     references: dict[str, int] = field(default_factory=dict)
     overdue: dict[str, int] = field(default_factory=dict)  # slow candidate phases that freed their lane
+    held_s: dict[str, float] = field(default_factory=dict)  # each device held for timing (DeviceGate.held_s)
     interrupted: bool = False
     lost_slots: dict[str, str] = field(default_factory=dict)  # slot -> why its GPU was taken for lost
     moved: int = 0  # evaluations run again on another slot after theirs was lost
@@ -93,6 +94,7 @@ class BatchSummary:
                 "compile_cpu_s": round(self.compile_cpu_s, 3),
                 "device_busy_s": {k: round(v, 3) for k, v in self.device_s.items()},
                 "device_occupied_s": {k: round(v, 3) for k, v in self.occupied_s.items()},
+                "device_timing_held_s": {k: round(v, 3) for k, v in self.held_s.items()},
                 "references_started": self.references, "overdue_phases": self.overdue,
                 "interrupted": self.interrupted, "lost_slots": self.lost_slots, "moved": self.moved,
                 "timing_cpu_reclaims": self.reclaims,

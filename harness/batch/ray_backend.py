@@ -85,9 +85,9 @@ class SlotActor:
     def close(self) -> None:
         self.rt.close()
 
-    def counts(self) -> tuple[int, int, int]:
-        """(evaluations in a background phase, references started, overdue phases)."""
-        return self.rt.gate.backgrounded, self.rt.references_started, self.rt.gate.overdue
+    def counts(self) -> tuple[int, int, int, float]:
+        """(evaluations in a background phase, references started, overdue phases, seconds held for timing)."""
+        return self.rt.gate.backgrounded, self.rt.references_started, self.rt.gate.overdue, self.rt.gate.held_s
 
     def where(self) -> dict:
         """Where this slot's work runs: its process, the GPUs its children see, its timing CPUs."""
@@ -147,7 +147,7 @@ class RayExecutor:
                                   max_concurrency=2 * max(1, s.concurrency) + 2)
             .remote(s, size, dtype, max_sessions, host_gb, gpu_gb) for s in slots}
         self._lost: set[str] = set()
-        self._final: Optional[dict[str, tuple[int, int, int]]] = None
+        self._final: Optional[dict[str, tuple[int, int, int, float]]] = None
 
     def submit_compile(self, task: CompileTask) -> "Future[CompileOutcome]":
         return _settled(self._compile.remote(task, None).future(),
@@ -168,7 +168,7 @@ class RayExecutor:
         self._lost.add(slot.name)
         self._actors[slot.name].close.remote()
 
-    def _counts(self) -> dict[str, tuple[int, int, int]]:
+    def _counts(self) -> dict[str, tuple[int, int, int, float]]:
         if self._final is not None:  # after shutdown: what the actors said before they went
             return self._final
         names = [n for n in self._actors if n not in self._lost]
@@ -183,6 +183,9 @@ class RayExecutor:
 
     def overdue_phases(self) -> dict[str, int]:
         return {n: c[2] for n, c in self._counts().items()}
+
+    def held_seconds(self) -> dict[str, float]:
+        return {n: c[3] for n, c in self._counts().items()}
 
     def shutdown(self, cancel: bool = False) -> None:
         ray = self.ray

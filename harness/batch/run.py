@@ -300,6 +300,7 @@ def _close_summary(summary: BatchSummary, t_start: float, pipe: Pipeline, execut
     summary.occupied_s = {s.slot.name: s.occupied_s for s in pipe.slots}
     summary.references = executor.references_started()
     summary.overdue = executor.overdue_phases()
+    summary.held_s = executor.held_seconds()
     if lender is not None:
         summary.reclaims, summary.reclaim_s = lender.reclaims, lender.reclaim_s
     events.write("end", **{k: v for k, v in summary.to_json().items() if k != "skipped"})

@@ -67,6 +67,9 @@ class DeviceGate:
         self.peak_shared = 0
         self.backgrounded = 0  # evaluations in a phase that needs no lane (background())
         self.overdue = 0  # stoppable phases that gave up their lane for running long (stoppable())
+        # seconds the device was held for timing (exclusive(), alone()): over the run's wall time, how
+        # near the slot came to its bound, where timing is what evaluations queue for
+        self.held_s = 0.0
 
     # -- who is running --------------------------------------------------------------------------
     def register(self, *workers) -> None:
@@ -214,6 +217,7 @@ class DeviceGate:
             yield held
         finally:
             with self._cv:  # as they were stopped: under the lock, so no phase joins half-way
+                self.held_s += time.perf_counter() - t0
                 self._held = None
                 held.release()
                 self._writer = None
