@@ -21,7 +21,9 @@ it ends; only then does `too_big` stand.
 A measured need is kept on disk (`save_need`, under the build cache's folder, written by the parent
 alone), keyed by the problem's bytes, size, dtype, device model and torch: the next run of the problem
 (a --resume, the next batch, an RL loop's next generations) starts it with that need instead of as a
-first run. It is a first guess only: the first trial measures it again, and the hold grows or shrinks.
+first run. It is a first guess only: the first trial measures it again, and the hold grows or shrinks. The same
+file keeps how long the problem's last passed evaluation took (`KeptNeed.seconds`), by which a batch
+plans its longest problems first.
 
 An evaluation is admitted while what the host (its GPU) has available now, less a margin and less
 what the other evaluations hold, covers its need: on the host everything they hold (part of it may
@@ -347,13 +349,16 @@ class Hold:
 # -- needs kept on disk ------------------------------------------------------------------------------
 
 class KeptNeed(BaseModel):
-    """A problem's measured need on one device model and torch (memory.measured), as last measured."""
+    """A problem's measured need on one device model and torch (memory.measured), as last measured,
+    and how long an evaluation of it last took (`seconds`, builds left out): a batch plans the
+    longest first, so that they do not end it alone on one GPU while the others idle."""
 
     key: str
     problem: str
     host: int
     gpu: int
     measured_at: str
+    seconds: Optional[float] = None
 
 
 def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str],
@@ -366,16 +371,20 @@ def _need_file(cache_dir: str, key: str) -> Path:
     return Path(cache_dir).resolve() / "needs" / f"{key}.json"
 
 
+def load_kept(cache_dir: str, key: str) -> Optional[KeptNeed]:
+    return read_keyed(_need_file(cache_dir, key), KeptNeed, key)
+
+
 def load_need(cache_dir: str, key: str) -> Optional[Need]:
-    kept = read_keyed(_need_file(cache_dir, key), KeptNeed, key)
+    kept = load_kept(cache_dir, key)
     return Need(host=kept.host, gpu=kept.gpu, measured=True) if kept is not None else None
 
 
-def save_need(cache_dir: str, key: str, problem: str, need: Need) -> None:
+def save_need(cache_dir: str, key: str, problem: str, need: Need, seconds: Optional[float] = None) -> None:
     path = _need_file(cache_dir, key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = KeptNeed(key=key, problem=problem, host=need.host, gpu=need.gpu,
+        kept = KeptNeed(key=key, problem=problem, host=need.host, gpu=need.gpu, seconds=seconds,
                         measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         write_whole(path, kept.model_dump_json())
     except OSError:

@@ -204,7 +204,8 @@ class ReferenceSession:
     rng: random.Random = field(default_factory=random.SystemRandom)
     plan: Optional[TrialPlan] = None
     need: Optional["Need"] = None  # measured on the first trial (memory.measured)
-    expected: Optional["Need"] = None  # measured by an earlier run (memory.load_need): admission's first guess
+    expected: Optional["Need"] = None  # measured by an earlier run (memory.load_kept): admission's first guess
+    kept_s: Optional[float] = None  # how long an evaluation of it took then (memory.KeptNeed.seconds)
     env: Optional[EnvInfo] = None
     worker: Optional[Worker] = None
     seconds: float = 0.0

@@ -346,6 +346,23 @@ def test_pipeline_schedule(tmp_path):
     assert {p for s, p in ex.evals if s == "g0"} != {p for s, p in ex.evals if s == "g1"}  # both GPUs used
 
 
+def test_the_problems_that_took_longest_last_time_are_planned_first(tmp_path):
+    """With durations kept by an earlier run (memory.KeptNeed.seconds), the longest problem starts
+    first, so it does not end the batch alone on one GPU; problems with none keep the plan's order."""
+    names = [("relu_add", "x0"), ("softmax_wide", "y0"), ("linear_relu", "z0"), ("relu_add", "x1")]
+    kept = {"linear_relu": 30.0, "softmax_wide": 4.0}
+    orders = []
+    for run, hint in (("a", None), ("b", lambda problem, cache_dir: kept.get(problem.name))):
+        (tmp_path / run).mkdir()
+        ex = FakeExecutor(["g0"])
+        if hint is not None:
+            ex.expected_seconds = hint
+        _pipeline(tmp_path / run, ex, names)
+        orders.append([p for _, p in ex.evals])
+    assert orders == [["relu_add", "relu_add", "softmax_wide", "linear_relu"],
+                      ["linear_relu", "softmax_wide", "relu_add", "relu_add"]]
+
+
 def test_a_lost_gpu_moves_its_work_to_the_other_slots(tmp_path):
     """A slot whose GPU no longer answers after a failure (executor.DEVICE_MAY_BE_LOST, health.py)
     gets no more work; the failed evaluation runs again on another slot, and its `runtime_error`

@@ -423,6 +423,7 @@ def test_a_measured_need_is_kept_for_the_next_run_of_the_problem(tmp_path):
             asked.append(need)
             return super().hold(need, gpu, measured)
 
+    totals = []
     for i in range(2):
         rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Spy())
         try:
@@ -430,9 +431,18 @@ def test_a_measured_need_is_kept_for_the_next_run_of_the_problem(tmp_path):
         finally:
             rt.close()
         assert out.record.status == Status.passed, out.record.error
+        totals.append(out.record.phases.total_s)
     assert asked[0].first and not asked[1].first and asked[1].measured and asked[1].host > 0
     kept = list((tmp_path / "cache" / "needs").glob("*.json"))
     assert len(kept) == 1 and '"problem":"relu_add"' in kept[0].read_text()
+    # and how long it took, for the next batch's order (pipeline._plan_order): the same figure the
+    # executor reads back for this problem on this kind of device
+    from harness.memory import KeptNeed
+    took = KeptNeed.model_validate_json(kept[0].read_text()).seconds
+    assert took is not None and 0 < took <= max(totals) + 0.01, (took, totals)
+    rt = SlotRuntime(DeviceSlot("cpu", "cpu", {"CUDA_VISIBLE_DEVICES": ""}), "small", None, admission=Spy())
+    assert rt.expected_seconds(prob, cfg.cache_dir) == took
+    rt.close()
 
 
 def test_the_torch_compile_baseline_is_compiled_holding_the_references_share_only(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from .. import baselines
 from ..build import build_child, child_env, torch_versions
 from ..config import Config
 from ..cpus import Lender
-from ..memory import PROVISIONAL, Admission, Hold, Need, load_need, need_key, save_need
+from ..memory import PROVISIONAL, Admission, Hold, Need, load_kept, need_key, save_need
 from ..process.standby import Standby
 from ..process.worker import close_all
 from ..problems import Problem
@@ -179,6 +179,10 @@ class Executor(Protocol):
         """Per slot, seconds its device was held for timing (sharing.DeviceGate.held_s)."""
         ...
 
+    def expected_seconds(self, problem: Problem, cache_dir: str) -> Optional[float]:
+        """How long an evaluation of `problem` took in an earlier run here (memory.KeptNeed.seconds)."""
+        ...
+
     def shutdown(self, cancel: bool = False) -> None: ...
 
 
@@ -252,6 +256,15 @@ def _parses(code: str) -> bool:
     return True
 
 
+def _own_seconds(rec) -> Optional[float]:
+    """A passed evaluation's time less its build and its waits for others (the gate, memory): what
+    the problem itself costs a lane. None for any other verdict, whose time is the solution's doing."""
+    if rec.status != Status.passed:
+        return None
+    p = rec.phases
+    return round(max(0.0, p.total_s - p.compile_s - p.wait_s - p.memory_wait_s), 2)
+
+
 def _charge_compile(rec: EvalResult, seconds: float) -> None:
     """The build ran ahead of the evaluation: its wall time is the record's compile phase."""
     rec.phases.total_s += max(0.0, seconds - rec.phases.compile_s)
@@ -305,11 +318,19 @@ class SlotRuntime:
                     self._doomed[id(old)] = old
                 s = ReferenceSession(problem, cfg, self.slot.device, self.size, self.dtype,
                                      env_extra=dict(self.slot.env), on_start=self._count_start)
-                s.expected = load_need(cfg.cache_dir, self._need_key(problem))
+                kept = load_kept(cfg.cache_dir, self._need_key(problem))
+                if kept is not None:
+                    s.expected = Need(host=kept.host, gpu=kept.gpu, measured=True)
+                    s.kept_s = kept.seconds
                 self.sessions[key] = s
             self._users[id(s)] += 1
         self._close_doomed()
         return s
+
+    def expected_seconds(self, problem: Problem, cache_dir: str) -> Optional[float]:
+        """How long an evaluation of `problem` took when last kept on this kind of device (None: unknown)."""
+        kept = load_kept(cache_dir, self._need_key(problem))
+        return kept.seconds if kept is not None else None
 
     def _need_key(self, problem: Problem) -> str:
         return need_key(problem.source_hash, self.size, self.dtype, self.slot.device, self.slot.gpu_name,
@@ -441,9 +462,13 @@ class SlotRuntime:
                 rec.timing_method.setdefault("first_try_while_shared", first)
             out.record = rec
             self.env = session.env or self.env
-            if session.need is not None and session.need != session.expected:
+            took = _own_seconds(rec)
+            longer = took is not None and (session.kept_s is None or abs(took - session.kept_s) > 0.25 * session.kept_s)
+            if session.need is not None and (session.need != session.expected or longer):
                 session.expected = session.need
-                save_need(task.cfg.cache_dir, self._need_key(task.problem), task.problem.name, session.need)
+                session.kept_s = took if longer else session.kept_s
+                save_need(task.cfg.cache_dir, self._need_key(task.problem), task.problem.name, session.need,
+                          seconds=session.kept_s)
             # a reference that died, or that may have a reply still in flight (it timed out mid-round),
             # is not reused: the next solution of this problem gets a fresh one. A candidate that
             # timed out on its own (a hang in its trials) leaves the reference as it was: restarting
@@ -572,6 +597,10 @@ class LocalExecutor:
 
     def held_seconds(self) -> dict[str, float]:
         return {name: rt.gate.held_s for name, rt in self._runtimes.items()}
+
+    def expected_seconds(self, problem: Problem, cache_dir: str) -> Optional[float]:
+        rt = next(iter(self._runtimes.values()), None)
+        return rt.expected_seconds(problem, cache_dir) if rt is not None else None
 
     def shutdown(self, cancel: bool = False) -> None:
         if self._fault is not None:

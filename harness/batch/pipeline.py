@@ -155,6 +155,24 @@ class Pipeline:
     def _order(self, key: str) -> int:
         return self._first.get(key, 0)
 
+    def _plan_order(self) -> dict[str, int]:
+        """Each problem's rank for `_pick`: the longest first, by how long an evaluation of it took in
+        an earlier run (memory.KeptNeed.seconds), then the rest in the plan's order. A long one
+        planned late ends the batch alone on one GPU while the others idle: on two H200s, level-2
+        problems timed in 5-8 processes a side took 27-35 s and ended their batches 7.5 s after the
+        rest (bench/results/multigpu-NVIDIA_H200.md, session 39)."""
+        first: dict[str, Item] = {}
+        for it in self.items:
+            first.setdefault(it.pkey, it)
+        took = {}
+        for k, it in first.items():
+            try:
+                took[k] = self.ex.expected_seconds(it.problem, self.cfg.cache_dir) or 0.0
+            except Exception:  # noqa: BLE001 - a hint: without it the plan's order stands
+                took[k] = 0.0
+        ranked = sorted(first, key=lambda k: (-took[k], first[k].index))
+        return {k: i for i, k in enumerate(ranked)}
+
     def _dispatch(self, futures: dict) -> None:
         # fill the slots round-robin, one evaluation each per pass: work spreads over every GPU
         # before any GPU takes a second concurrent evaluation
@@ -304,9 +322,7 @@ class Pipeline:
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
-        self._first = {}
-        for it in self.items:
-            self._first.setdefault(it.pkey, it.index)
+        self._first = self._plan_order()
         futures: dict[Future, tuple] = {}
         last_beat = time.perf_counter()
         for it in self.items:

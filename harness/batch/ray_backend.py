@@ -187,6 +187,9 @@ class RayExecutor:
     def held_seconds(self) -> dict[str, float]:
         return {n: c[3] for n, c in self._counts().items()}
 
+    def expected_seconds(self, problem, cache_dir: str) -> Optional[float]:
+        return None  # kept where each actor's node keeps its needs: the plan's order stands
+
     def shutdown(self, cancel: bool = False) -> None:
         ray = self.ray
         try:
