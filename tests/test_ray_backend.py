@@ -24,7 +24,11 @@ def _run(subs: Path, out: Path, backend: str) -> dict[str, dict]:
     from harness.batch.run import run_batch
     cfg = make_config(device="cpu", cache_dir=str(CACHE), **{
         "timing.budget_s": 0.3, "timing.max_calls": 20, "timing.round_calls": 5, "timing.min_rounds": 3,
-        "correctness.trials": 2, "batch.cpu_concurrent_evaluations": 2})
+        "correctness.trials": 2, "batch.cpu_concurrent_evaluations": 2,
+        # the build cache is the suite's, shared with tests running beside this one: a solution's
+        # import may wait there on another test's build of the same extension, over a minute on a
+        # loaded 2-core host (honest_cpp timed out so twice), which says nothing about either backend
+        "timeouts.load_s": 600})
     summary = run_batch([str(subs)], cfg, problem_roots=[str(ROOT / "tests" / "problems")], out=str(out),
                         compile_workers=1, quiet=True, show_progress=False, backend=backend)
     assert not summary.interrupted

@@ -463,10 +463,10 @@ class SlotRuntime:
             out.record = rec
             self.env = session.env or self.env
             took = _own_seconds(rec)
-            longer = took is not None and (session.kept_s is None or abs(took - session.kept_s) > 0.25 * session.kept_s)
-            if session.need is not None and (session.need != session.expected or longer):
+            moved = took is not None and (session.kept_s is None or abs(took - session.kept_s) > 0.25 * session.kept_s)
+            if session.need is not None and (session.need != session.expected or moved):
                 session.expected = session.need
-                session.kept_s = took if longer else session.kept_s
+                session.kept_s = took if moved else session.kept_s
                 save_need(task.cfg.cache_dir, self._need_key(task.problem), task.problem.name, session.need,
                           seconds=session.kept_s)
             # a reference that died, or that may have a reply still in flight (it timed out mid-round),
