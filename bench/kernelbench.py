@@ -233,13 +233,26 @@ def steady_rate(events: Path) -> Optional[float]:
     """Records a minute between the tenth and the ninetieth percentile record (of the last call):
     the rate once the slots are full, without the batch's start (processes, the first references)
     and its tail (fewer evaluations in flight than the slots hold), which a short run weighs heavily."""
-    if not events.exists():
-        return None
-    evs = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
-    last = max((i for i, e in enumerate(evs) if e.get("event") == "start"), default=0)  # a resumed run's
-    ts = sorted(e["t"] for e in evs[last:] if e.get("event") == "evaluated" and e.get("t") is not None)
+    ts = _ends(events)
     lo, hi = len(ts) // 10, len(ts) - 1 - len(ts) // 10
     return round((hi - lo) / (ts[hi] - ts[lo]) * 60, 2) if hi - lo >= 4 and ts[hi] > ts[lo] else None
+
+
+def start_and_tail(events: Path) -> tuple[Optional[float], Optional[float]]:
+    """(when the first record came, how long after the one before it the last came), of the last
+    call: the batch's start, and a long evaluation ending it alone (pipeline._plan_order)."""
+    ts = _ends(events)
+    return (round(ts[0], 1) if ts else None), (round(ts[-1] - ts[-2], 1) if len(ts) > 1 else None)
+
+
+def _ends(events: Path) -> list[float]:
+    """When each evaluation of the last call ended (a resumed run's events hold every call's, each
+    with its own clock)."""
+    if not events.exists():
+        return []
+    evs = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    last = max((i for i, e in enumerate(evs) if e.get("event") == "start"), default=0)
+    return sorted(e["t"] for e in evs[last:] if e.get("event") == "evaluated" and e.get("t") is not None)
 
 
 def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, identity: bool) -> dict:
@@ -278,6 +291,7 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
                               if identity else {})}
                     for name, rs in sorted(by_slot.items())}
     out["steady_records_per_min"] = steady_rate(run / "events.jsonl")
+    out["first_record_s"], out["last_gap_s"] = start_and_tail(run / "events.jsonl")
     batch_summary = run / "summary.json"
     if batch_summary.exists():
         bs = json.loads(batch_summary.read_text())
@@ -328,7 +342,8 @@ def markdown(s: dict) -> str:
     lines = [f"records {s['records']} in {s['wall_s']} s ({s['records_per_min']} a minute, {s.get('steady_records_per_min')} between the 10th and 90th percentile record) on {s['gpu']}; "
              f"statuses {s['statuses']}; peak host memory (PSS) {s['peak_host_pss_gb']} GB, lowest available "
              f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB; at the peak {s['at_peak']}; "
-             f"the parent's CPU {s.get('parent_cpu_s')} s (busiest 5 s: {s.get('parent_busiest_5s')} of a core)",
+             f"the parent's CPU {s.get('parent_cpu_s')} s (busiest 5 s: {s.get('parent_busiest_5s')} of a core); "
+             f"first record at {s.get('first_record_s')} s, the last {s.get('last_gap_s')} s after the one before it",
              ""]
     if "identity" in s:
         lines += ["identity speedups: " + ", ".join(f"{k} {v}" for k, v in s["identity"].items()), ""]

@@ -116,5 +116,7 @@ def test_the_steady_rate_leaves_out_the_start_and_the_tail_of_the_last_call(tmp_
     f.write_text("".join(json.dumps(e) + "\n" for e in ev))
     # 20 records: the 3rd (t=42) to the 18th (t=72), 15 intervals in 30 s
     assert kernelbench.steady_rate(f) == 30.0
+    # the start and the tail, of the last call too: its first record at 30 s, its last 126 s after the one before (74)
+    assert kernelbench.start_and_tail(f) == (30.0, 126.0)
     f.write_text("".join(json.dumps(e) + "\n" for e in ev[:5]))  # too few records for a rate
     assert kernelbench.steady_rate(f) is None
