@@ -360,6 +360,10 @@ class KeptNeed(BaseModel):
     measured_at: str
     seconds: Optional[float] = None
 
+    def need(self) -> "Need":
+        """Admission's first guess for the problem's next run."""
+        return Need(host=self.host, gpu=self.gpu, measured=True)
+
 
 def need_key(problem_hash: str, size: str, dtype: Optional[str], device: str, device_name: Optional[str],
              torch_version: str) -> str:
@@ -373,11 +377,6 @@ def _need_file(cache_dir: str, key: str) -> Path:
 
 def load_kept(cache_dir: str, key: str) -> Optional[KeptNeed]:
     return read_keyed(_need_file(cache_dir, key), KeptNeed, key)
-
-
-def load_need(cache_dir: str, key: str) -> Optional[Need]:
-    kept = load_kept(cache_dir, key)
-    return Need(host=kept.host, gpu=kept.gpu, measured=True) if kept is not None else None
 
 
 def save_need(cache_dir: str, key: str, problem: str, need: Need, seconds: Optional[float] = None) -> None:

@@ -320,7 +320,7 @@ class SlotRuntime:
                                      env_extra=dict(self.slot.env), on_start=self._count_start)
                 kept = load_kept(cfg.cache_dir, self._need_key(problem))
                 if kept is not None:
-                    s.expected = Need(host=kept.host, gpu=kept.gpu, measured=True)
+                    s.expected = kept.need()
                     s.kept_s = kept.seconds
                 self.sessions[key] = s
             self._users[id(s)] += 1
