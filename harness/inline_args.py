@@ -26,6 +26,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from .pyast import parse
+
 # load_inline's parameters in order (torch 2.x), for positional arguments
 POSITIONAL = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
               "extra_ldflags", "extra_include_paths")
@@ -68,7 +70,7 @@ def extract(code: str) -> Optional[list[InlineBuild]]:
 def read(code: str) -> tuple[Optional[list[InlineBuild]], Optional[str]]:
     """(extract's answer, and where it is None, why: the first part found not to be a constant)."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except (SyntaxError, ValueError) as e:
         return None, f"does not parse: {e}"
     consts = _module_constants(tree)
