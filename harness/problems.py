@@ -101,14 +101,14 @@ def find_problem(ref: str | Path, roots: Optional[Iterable[str | Path]] = None) 
     names = [q.name for q in problems]
     near = difflib.get_close_matches(ref_s, names, n=3, cutoff=0.6) or difflib.get_close_matches(
         ref_s, [q.path.stem for q in problems], n=3, cutoff=0.6)
-    elsewhere = [] if near else _files_named(Path(ref_s).name + ".py")
+    elsewhere = [] if near else files_named(Path(ref_s).name + ".py")
     raise LookupError(f"no problem {ref!r} under {', '.join(str(r) for r in (roots or DEFAULT_ROOTS))}"
                       + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else "")
                       + (f"; a file of that name is in {elsewhere[0].parent}: add --problems {elsewhere[0].parent}"
                          if elsewhere else ""))
 
 
-def _files_named(name: str, depth: int = 3) -> list[Path]:
+def files_named(name: str, depth: int = 3) -> list[Path]:
     """Files called `name` under the current folder, a few levels down (hidden folders skipped): where
     a problem left out of --problems may be (tests/problems/relu_add.py)."""
     here, found = Path.cwd(), []

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up a virtual environment with the harness and its test tools. torch is pinned here (a CPU build
-# of 2.13.0 on machines without a GPU); the package itself asks only for torch>=2.4.
+# Set up a virtual environment with the harness and its test tools. torch is pinned here (2.13.0, from
+# the index pip is configured with; a torch already in .venv is kept, README says how to put the CPU
+# build there first); the package itself asks only for torch>=2.4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -226,6 +226,19 @@ def test_a_second_batch_on_a_run_folder_in_use_is_refused(tmp_path):
     assert not list(run.glob(".lock*"))  # the folder itself is locked: nothing left behind
 
 
+def test_a_folder_named_after_a_problem_left_out_of_the_roots_says_where_it_is(tmp_path, monkeypatch):
+    """As `harness eval` does: a solution in solutions/relu_add/ with --problems naming folders that
+    lack relu_add is skipped with the folder that has it, and the option that would add it."""
+    from harness.batch.plan import plan_items
+    from harness.problems import discover
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "mine/problems/relu_add.py", (PROBLEMS / "relu_add.py").read_text())
+    write(tmp_path / "subs/relu_add/a.py", "x")
+    items, skipped = plan_items([tmp_path / "subs"], discover([ROOT / "problems"]), None, None, "problems")
+    assert not items and len(skipped) == 1
+    assert "a problem file relu_add.py is in mine/problems: add --problems mine/problems" in skipped[0].reason
+
+
 def test_matching_rules_and_labels(tmp_path):
     from harness.batch.plan import plan_items
     from harness.problems import discover, find_problem

@@ -81,6 +81,7 @@ def _is_solution_file(f: Path) -> bool:
 class Matcher:
     def __init__(self, problems: list[Problem], fixed: Optional[Problem] = None):
         self.problems, self.fixed = problems, fixed
+        self._seen: dict[str, Optional[Path]] = {}  # folder name -> a problem file of that name elsewhere
         self.by_name: dict[str, list[Problem]] = defaultdict(list)
         self.by_stem: dict[str, list[Problem]] = defaultdict(list)
         for p in problems:
@@ -117,7 +118,20 @@ class Matcher:
             why.append(f"KernelBench name: level {level} problem {pid} is "
                        + ("ambiguous: " + ", ".join(h.name for h in hits[:4]) if hits
                           else f"not among the problem files (no {pid}_<Name>.py in a level{level} folder)"))
+        if not why:  # as `harness eval` says: a folder named after a problem left out of --problems
+            for part in reversed(parts):
+                found = self._elsewhere(part)
+                if found:
+                    why.append(f"a problem file {found.name} is in {found.parent}: add --problems {found.parent}")
+                    break
         return None, None, "; ".join(why)
+
+    def _elsewhere(self, part: str) -> Optional[Path]:
+        if part not in self._seen:
+            from ..problems import files_named
+            hits = files_named(part + ".py") if part.isidentifier() else []
+            self._seen[part] = hits[0] if hits else None
+        return self._seen[part]
 
     @staticmethod
     def _parts(f: Path, root: Optional[Path]) -> list[str]:

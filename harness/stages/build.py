@@ -50,8 +50,9 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
         # be seen on the CPU path. Only a build it ran counts, never a source that merely mentions one
         # (a dead `if False: load_inline(..., cuda_sources=...)` took wrong CPU solutions out of
         # solved and fast_p: a helper's attack)
-        raise Failure(Status.unsupported, f"needs a CUDA device: {creply.error} (this evaluation runs on the "
-                                          "CPU: run it on a GPU machine, with --device cuda)", log=log)
+        # what to do first: tables and reports clip a long error at its end
+        raise Failure(Status.unsupported, f"needs a CUDA device, and this evaluation runs on the CPU: run it "
+                                          f"on a GPU machine with --device cuda ({creply.error})", log=log)
     if not creply.ok:
         status = Status.runtime_error if creply.category == "import_error" else Status.compile_error
         raise Failure(status, creply.error, log=log)
