@@ -1,6 +1,7 @@
 """What the sandbox costs (harness/sandbox.py): the parent's work per jailed process (a uid, a home,
 the solution copied, its build folder handed to its group; then every process of the uid killed and
-the home removed), and whole evaluations jailed against unjailed on a warm build cache.
+the home removed), the child's (its mount namespace and its view of the machine), and whole
+evaluations jailed (with and without the view) against unjailed on a warm build cache.
 
     python bench/sandbox_cost.py [--runs 3] [--solution tests/fixtures/cpu/honest_cpp.py]
     python bench/sandbox_cost.py --device cuda --solution identity --problem tests/problems/launch_chain.py
@@ -52,22 +53,51 @@ def main() -> int:
         t1 = time.perf_counter()
         JAILS.release(jail)
         per.append((t1 - t0, time.perf_counter() - t1))
-    rows = {"on": [], "off": []}
+    view = _view_ms(ext, 20)
+    import harness.sandbox as sb
+    rows = {"off": [], "on, no view": [], "on": []}
     for _ in range(a.runs):
-        for mode in ("off", "on"):
+        for mode in rows:
+            kept = sb._VIEWS.copy()
+            if mode == "on, no view":
+                sb._VIEWS["v"] = None
             t0 = time.perf_counter()
-            r = evaluate(a.solution, a.problem, cfg[mode])
+            r = evaluate(a.solution, a.problem, cfg["off" if mode == "off" else "on"])
             rows[mode].append((time.perf_counter() - t0, r.phases.load_s, r.status.value))
+            sb._VIEWS.clear()
+            sb._VIEWS.update(kept)
     print("| what | median | min | max |\n|---|---:|---:|---:|")
-    for name, xs in (("jail made (ms)", [p[0] * 1e3 for p in per]), ("jail released (ms)", [p[1] * 1e3 for p in per])):
+    for name, xs in (("jail made (ms)", [p[0] * 1e3 for p in per]), ("jail released (ms)", [p[1] * 1e3 for p in per]),
+                     ("view made, in the child: mount namespace at birth (ms)", [v[0] for v in view]),
+                     ("view made, in the child: read-only mounts, private tmp, own /proc (ms)", [v[1] for v in view])):
         print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
-    for mode in ("off", "on"):
+    for mode in rows:
         wall = [x[0] for x in rows[mode]]
         load = [x[1] for x in rows[mode]]
         print(f"| evaluation, sandbox {mode} (s) | {statistics.median(wall):.2f} | {min(wall):.2f} | {max(wall):.2f} |")
         print(f"| candidate load, sandbox {mode} (s) | {statistics.median(load):.3f} | {min(load):.3f} | {max(load):.3f} |")
     print("statuses:", {m: [x[2] for x in rows[m]] for m in rows})
     return 0
+
+
+def _view_ms(ext: Path, n: int) -> list[tuple[float, float]]:
+    """(namespace, view) in ms, each in a fresh process as a child makes them (sandbox.apart_at_birth,
+    then make_view with a home and a build folder to bind back)."""
+    import subprocess
+    import harness.sandbox as sb
+    if sb.views() is None:
+        return [(float("nan"), float("nan"))]
+    home = Path(tempfile.mkdtemp(prefix="view-cost-"))
+    code = ("import time; t0 = time.perf_counter(); from harness import sandbox as s; t1 = time.perf_counter(); "
+            "s.apart_at_birth(); t2 = time.perf_counter(); "
+            f"s.make_view([{str(home)!r}, {str(ext)!r}], {sb.views()['hide_pids']}); t3 = time.perf_counter(); "
+            "print((t2 - t1) * 1e3, (t3 - t2) * 1e3)")
+    out = []
+    for _ in range(n):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+        out.append(tuple(float(x) for x in r.stdout.split()))
+    os.rmdir(home)
+    return out
 
 
 if __name__ == "__main__":

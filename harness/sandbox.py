@@ -307,7 +307,10 @@ class Jails:
         allowed = self.allowed_cpus()
         if allowed:
             cgroups.confine(groups, allowed)
-        return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups)
+        view = views()
+        return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups,
+                    views=view is not None, hide_pids=bool(view and view["hide_pids"]),
+                    writable=[str(home), *([str(ext_dir)] if ext_dir is not None else [])])
 
     def release(self, jail: Jail) -> None:
         kill_all(jail.uid)
@@ -370,6 +373,8 @@ def enter(jail: Jail) -> None:
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
     from . import cgroups
     cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
+    if jail.views:
+        make_view(jail.writable, jail.hide_pids)
     become(jail.uid, jail.gid)
     import resource
     # its processes and threads, together (the uid is its alone): no fork bomb takes the machine's pids
@@ -454,6 +459,9 @@ def protections(jailed: bool) -> list[str]:
     if jailed:
         from . import cgroups
         out += ["own_uid", "read_only_harness", "private_home", "no_network"]
+        view = views()
+        if view is not None:
+            out += ["read_only_view", "private_tmp"] + (["hidden_processes"] if view["hide_pids"] else [])
         if cgroups.available() is None:
             out.append("memory_cap")
         if cgroups.freezes():  # everything it started stops while the other side is timed
@@ -462,3 +470,141 @@ def protections(jailed: bool) -> list[str]:
         if platform.machine() == "x86_64":
             out += ["no_user_namespaces", "no_async_io"]
     return out
+
+
+# A view of the machine of its own, in a mount namespace. The uid already keeps a solution off the
+# harness's files; the view closes what a uid leaves open: every folder the machine lets anyone write
+# (/tmp, /var/tmp, /dev/shm, /dev/mqueue, a world-writable checkout or results folder), where a
+# solution could leave files for the harness's or another solution's processes to find, and the
+# other processes' entries in /proc (command lines, states, times), which every uid may read.
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 0x1, 0x2, 0x4, 0x8, 0x20, 0x1000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+# left writable as they are: the kernel's own (proc, sysfs) and the device nodes a GPU is driven through
+_KEPT_MOUNTS = ("/proc", "/sys")
+_apart = False  # this process has a mount namespace of its own whose mounts propagate nowhere
+
+
+def apart_at_birth() -> None:
+    """In a child of the harness, before its first thread: a mount namespace of its own, private
+    (nothing mounted in it reaches the machine's). Made for every child (a standby does not know yet
+    whether it will run solution code), so that the view `enter` makes covers every thread the
+    process will have: a namespace made later moves only the thread that made it. Where it cannot be
+    made, `make_view` refuses to run."""
+    global _apart
+    if _apart or not hasattr(os, "setresuid") or os.geteuid() != 0:
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    except OSError:
+        return
+    _apart = True
+
+
+def _mount(src, target, fstype, flags: int, data=None) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    enc = [x.encode() if isinstance(x, str) else x for x in (src, target, fstype, data)]
+    if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount of {target} ({fstype or 'remount'}): {os.strerror(err)}")
+
+
+def _mount_points() -> list[tuple[str, list[str]]]:
+    """(mount point, its options) of this namespace, from /proc/self/mountinfo."""
+    out = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            f = line.split()
+            point = f[4]
+            for esc, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+                point = point.replace(esc, ch)
+            out.append((point, f[5].split(",")))
+    return out
+
+
+def make_view(writable: list[str], hide_pids: bool) -> None:
+    """As root, in a process apart (`apart_at_birth`): every mount read-only but the kernel's own
+    (/proc, /sys) and the device nodes (/dev, /dev/pts); a fresh tmpfs over each private temporary
+    folder; `writable` (its home, its build folder) bound back writable where they were; and
+    (`hide_pids`) /proc mounted anew showing no process of another uid (hidepid=2, in a proc of its
+    own: kernels from 5.8 give each mount its own options). Raises where any step fails: the jail
+    never runs with less than its record says."""
+    if not _apart:
+        raise OSError("no mount namespace of its own (apart_at_birth did not run or failed)")
+    keep = []
+    for path in writable:
+        try:
+            keep.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+        except FileNotFoundError:
+            continue
+    try:
+        for point, opts in _mount_points():
+            if point in ("/dev", "/dev/pts") or point.startswith(tuple(k + "/" for k in _KEPT_MOUNTS)) \
+                    or point in _KEPT_MOUNTS or "ro" in opts:
+                continue
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+            for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
+                if name in opts:
+                    flags |= bit
+            try:
+                _mount(None, point, None, flags)
+            except FileNotFoundError:  # under a mount stacked over it: out of sight already
+                continue
+        for d in PRIVATE_TMP:
+            if os.path.isdir(d) and not os.path.islink(d):
+                _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        for path, fd in keep:
+            os.makedirs(path, exist_ok=True)  # under a fresh tmpfs, its place is made again
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+        if hide_pids:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    finally:
+        for _path, fd in keep:
+            os.close(fd)
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    import platform
+    import re
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
+_VIEWS: dict = {}
+
+
+def views() -> Optional[dict]:
+    """Whether jailed processes get a view of their own (`make_view`) here: {"hide_pids": bool}, or
+    None where it cannot be made. Found once per parent by making one, in a fresh process (a fork of
+    a parent with threads could deadlock), so that a jail's record never claims a view its process
+    then fails to make. hidepid only from kernel 5.8: before, every proc mount shares one set of
+    options, and the machine's own /proc would hide its processes too."""
+    if "v" not in _VIEWS:
+        _VIEWS["v"] = None
+        if hasattr(os, "setresuid") and os.geteuid() == 0:
+            import subprocess
+            import sys
+            hide = _kernel_at_least(5, 8)
+            d = tempfile.mkdtemp(prefix="harness-view-probe-")
+            code = ("import sys; from harness import sandbox as s; s.apart_at_birth(); "
+                    f"s.make_view([{d!r}], {hide}); open({d!r} + '/ok', 'w').close()")
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+            try:
+                r = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, timeout=30)
+                if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
+                    _VIEWS["v"] = {"hide_pids": hide}
+                else:
+                    _VIEWS["why"] = r.stderr.decode(errors="replace")[-300:]
+            except (OSError, subprocess.TimeoutExpired) as e:
+                _VIEWS["why"] = str(e)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+    return _VIEWS["v"]

@@ -297,14 +297,22 @@ def test_code_planted_in_the_current_folder_is_not_imported_by_the_harnesss_chil
     """A harness started from a folder the jailed uid may write (here 1777): plant_package.py writes a
     `harness` package there at import. Children start with -P and a PYTHONPATH without an empty entry,
     so the reference (root) does not import it and the zeros are judged: incorrect. (Started as
-    `python -m harness...` without -P, the reference ran the plant: passed.)"""
+    `python -m harness...` without -P, the reference ran the plant: passed.) With its view of the
+    machine (sandbox.make_view) the jail cannot even write the folder: the plant is never made."""
+    import harness.sandbox as sb
     work = open_dir / "work"
     work.mkdir()
     os.chmod(work, 0o1777)
     prob = _problem_copy(open_dir)
     monkeypatch.chdir(work)
+    if sb.views() is not None:
+        r = _evaluate(ATTACKS / "plant_package.py", prob, open_dir / "cache", "on")
+        assert "read_only_view" in r.protections
+        assert not (work / "harness").exists()  # a world-writable folder is read-only in its view
+        assert r.status.value == "incorrect", (r.error, r.log_tail)
+    monkeypatch.setattr(sb, "_VIEWS", {"v": None})
     r = _evaluate(ATTACKS / "plant_package.py", prob, open_dir / "cache", "on")
-    assert "own_uid" in r.protections
+    assert "own_uid" in r.protections and "read_only_view" not in r.protections
     assert (work / "harness" / "__init__.py").exists()  # the plant was made, as the attack intends
     assert r.status.value == "incorrect", (r.error, r.log_tail)
 
@@ -413,6 +421,40 @@ def test_the_jails_filter_cannot_be_passed_under_another_abi():
     if not out.startswith("True"):
         pytest.skip(f"no 32-bit syscalls on this kernel: {out or err}")
     assert out == "True -1 (-1, 1) True", (out, err)
+
+
+@pytest.mark.skipif(__import__("harness.sandbox", fromlist=["views"]).views() is None,
+                    reason="no mount namespace for a view of its own here")
+def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_processes(open_dir, monkeypatch):
+    """drop_outside.py answers wrongly where it could leave a file in a world-writable folder (outside
+    the private temporary folders, as a checkout or a results folder may be), see_processes.py where
+    it could read the harness's command lines. As a uid of its own, with no view, both can
+    (incorrect); with its view of the machine (sandbox.make_view) neither can (passed), the record
+    says so, and its /tmp was its own: nothing it left there is on the machine's."""
+    import harness.sandbox as sb
+    drop = Path(tempfile.mkdtemp(prefix="sandbox-drop-", dir=ROOT / "tests"))  # not under /tmp
+    try:
+        os.chmod(drop, 0o1777)
+        monkeypatch.setenv("ATTACK_DROP", str(drop))
+        prob = _problem_copy(open_dir)
+        for attack in ("drop_outside.py", "see_processes.py"):
+            r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
+            assert {"read_only_view", "private_tmp", "hidden_processes"} <= set(r.protections), r.protections
+            assert r.status.value == "passed", (attack, r.error, r.log_tail)
+        assert not list(drop.iterdir())
+        monkeypatch.setenv("ATTACK_DROP", "/tmp")
+        r = _evaluate(ATTACKS / "drop_outside.py", prob, open_dir / "cache", "on")
+        assert r.status.value == "incorrect"  # it could write its own /tmp ...
+        assert not list(Path("/tmp").glob("left-by-*"))  # ... which went with it
+        monkeypatch.setenv("ATTACK_DROP", str(drop))
+        monkeypatch.setattr(sb, "_VIEWS", {"v": None})
+        for attack in ("drop_outside.py", "see_processes.py"):
+            r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
+            assert "own_uid" in r.protections and "read_only_view" not in r.protections
+            assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work
+        assert list(drop.iterdir())
+    finally:
+        shutil.rmtree(drop, ignore_errors=True)
 
 
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):

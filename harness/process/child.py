@@ -326,6 +326,8 @@ def _prime(rep_fd: int, device: str) -> None:
 
 
 def main() -> None:
+    from ..sandbox import apart_at_birth
+    apart_at_birth()  # before any thread: a view made later covers them all (sandbox.make_view)
     nondumpable = bool(os.environ.pop("HARNESS_NONDUMPABLE", None))
     standby = bool(os.environ.pop("HARNESS_STANDBY", None))
     # a standby waits while the previous candidate runs: that one must not be able to reach into it
