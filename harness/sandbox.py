@@ -53,6 +53,17 @@ def available(reach: tuple = ()) -> Optional[str]:
     return None
 
 
+def _read_by_every_jail() -> set[str]:
+    """Where a jailed process reads its Python, torch and the harness: the installation, every folder
+    on the path (a --target install of a package, a checkout), the harness's own."""
+    import sys
+    import sysconfig
+    here = Path(__file__).resolve().parent.parent
+    out = {str(here), sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["include"]}
+    out |= {p for p in sys.path if p and os.path.isabs(p)}
+    return {os.path.realpath(p) for p in out if os.path.exists(p)}
+
+
 def _closed_to_others(extra: tuple = ()) -> Optional[str]:
     """The first folder on the way to what a jailed process reads (the interpreter's installation,
     its headers, torch, the harness) that other users may not pass through; None where all may."""
@@ -84,10 +95,10 @@ def wanted(setting: str, device: str, cache_dir: str) -> bool:
     if setting == "off":
         return False
     why = available((cache_dir,))
-    if setting == "on":
-        if why is not None:
-            raise SandboxUnavailable(f"the sandbox is required and unavailable: {why}")
-        return True
+    if setting == "on" and why is not None:
+        raise SandboxUnavailable(f"the sandbox is required and unavailable: {why}")
+    if why is None:
+        JAILS.reads(cache_dir)
     return why is None
 
 
@@ -237,6 +248,13 @@ class Jails:
         self._groups: dict[str, int] = {}  # a solution's build folder -> its group, for this parent's life
         self._base: Optional[Path] = None
         self._off: set[int] = set()  # CPUs no jail may run on (keep_off)
+        self._reads: set[str] = set()  # build caches, besides what every jail reads (reads)
+
+    def reads(self, path) -> None:
+        """Every jail made from now on reads `path` (a build cache: its precompiled headers), even
+        where its view of the machine hides the folder it lies in (make_view)."""
+        with self._lock:
+            self._reads.add(str(Path(path).resolve()))
 
     def keep_off(self, cpus: set[int]) -> None:
         """No jail made from now on may run on `cpus` (the CPUs references are timed on): a jail's
@@ -310,7 +328,8 @@ class Jails:
         view = views()
         return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups,
                     views=view is not None, hide_pids=bool(view and view["hide_pids"]),
-                    writable=[str(home), *([str(ext_dir)] if ext_dir is not None else [])])
+                    writable=[str(home), *([str(ext_dir)] if ext_dir is not None else [])],
+                    readable=sorted(self._reads | _read_by_every_jail()))
 
     def release(self, jail: Jail) -> None:
         kill_all(jail.uid)
@@ -374,7 +393,7 @@ def enter(jail: Jail) -> None:
     from . import cgroups
     cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
     if jail.views:
-        make_view(jail.writable, jail.hide_pids)
+        make_view(jail.writable, jail.hide_pids, jail.readable)
     become(jail.uid, jail.gid)
     import resource
     # its processes and threads, together (the uid is its alone): no fork bomb takes the machine's pids
@@ -529,19 +548,23 @@ def _mount_points() -> list[tuple[str, list[str]]]:
     return out
 
 
-def make_view(writable: list[str], hide_pids: bool) -> None:
+def make_view(writable: list[str], hide_pids: bool, readable: list[str] = ()) -> None:
     """As root, in a process apart (`apart_at_birth`): every mount read-only but the kernel's own
     (/proc, /sys) and the device nodes (/dev, /dev/pts); a fresh tmpfs over each private temporary
-    folder; `writable` (its home, its build folder) bound back writable where they were; and
-    (`hide_pids`) /proc mounted anew showing no process of another uid (hidepid=2, in a proc of its
-    own: kernels from 5.8 give each mount its own options). Raises where any step fails: the jail
-    never runs with less than its record says."""
+    folder, with what lies under one and the process must still read (`readable`: its Python, the
+    harness, the build cache) bound back read-only; `writable` (its home, its build folder) bound back
+    writable where they were; and (`hide_pids`) /proc mounted anew showing no process of another uid
+    (hidepid=2, in a proc of its own: kernels from 5.8 give each mount its own options). Raises where
+    any step fails: the jail never runs with less than its record says."""
     if not _apart:
         raise OSError("no mount namespace of its own (apart_at_birth did not run or failed)")
-    keep = []
-    for path in writable:
+    hidden = tuple(d + "/" for d in PRIVATE_TMP)
+    keep = []  # (path, fd, writable), the read-only ones first: a build folder lies in the cache
+    for path, rw in [*((p, False) for p in readable), *((p, True) for p in writable)]:
+        if not rw and not (os.path.realpath(path) + "/").startswith(hidden):
+            continue
         try:
-            keep.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+            keep.append((path, os.open(path, os.O_PATH), rw))
         except FileNotFoundError:
             continue
     try:
@@ -560,14 +583,19 @@ def make_view(writable: list[str], hide_pids: bool) -> None:
         for d in PRIVATE_TMP:
             if os.path.isdir(d) and not os.path.islink(d):
                 _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-        for path, fd in keep:
-            os.makedirs(path, exist_ok=True)  # under a fresh tmpfs, its place is made again
+        for path, fd, rw in keep:
+            # under a fresh tmpfs, its place is made again
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path, exist_ok=True)
+            elif not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (0 if rw else MS_RDONLY))
         if hide_pids:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     finally:
-        for _path, fd in keep:
+        for _path, fd, _rw in keep:
             os.close(fd)
 
 
@@ -595,7 +623,8 @@ def views() -> Optional[dict]:
             hide = _kernel_at_least(5, 8)
             d = tempfile.mkdtemp(prefix="harness-view-probe-")
             code = ("import sys; from harness import sandbox as s; s.apart_at_birth(); "
-                    f"s.make_view([{d!r}], {hide}); open({d!r} + '/ok', 'w').close()")
+                    f"s.make_view([{d!r}], {hide}, {sorted(_read_by_every_jail())!r}); "
+                    f"open({d!r} + '/ok', 'w').close()")
             env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
             try:
                 r = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, timeout=30)

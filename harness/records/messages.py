@@ -41,10 +41,12 @@ class Jail(_Strict):
     solution_path: Optional[str] = None
     cgroups: list[str] = Field(default_factory=list)  # its control groups, joined before the uid is (cgroups.py)
     # a view of the machine of its own (sandbox.views): everything read-only but `writable` (its home
-    # and build folder), private temporary folders, and (`hide_pids`) no other uid's processes in /proc
+    # and build folder), private temporary folders (with `readable` bound back into them read-only),
+    # and (`hide_pids`) no other uid's processes in /proc
     views: bool = False
     hide_pids: bool = False
     writable: list[str] = Field(default_factory=list)
+    readable: list[str] = Field(default_factory=list)  # what it must still read where its view hides it (under /tmp)
 
 
 class Setup(_Strict):

@@ -1,0 +1,120 @@
+"""Every honest fixture, several times, through the batch with the sandbox on: how often an honest
+solution is rejected (issue 39's bar: never, five runs each, on the CPU and on a GPU).
+
+    python bench/honest_rounds.py --device cpu --rounds 5 [--out /tmp/honest]
+    python bench/honest_rounds.py --device cuda --rounds 5 --solutions 'solutions/*/cuda_*.py'
+
+Honest: a fixture under tests/fixtures/<device>/ or tests/adversarial/<device>/ whose header expects
+`status=passed` (on cuda, also the files --solutions names, each run on the problem of its folder).
+Each is copied `--rounds` times into a batch tree, one batch per distinct header config, with the
+default config otherwise and `--require-sandbox`. Prints one row per fixture (verdicts, speedups,
+flags) and the count of records not passed; exits 1 if there is any."""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = re.compile(r"^#\s*(expect|problem|config|device):\s*(.*)$")
+
+
+def honest(device: str) -> list[tuple[Path, Path, tuple]]:
+    """(solution, problem, config overrides) of every honest fixture for `device`."""
+    out = []
+    folder = "gpu" if device == "cuda" else "cpu"
+    for d in (ROOT / "tests" / "fixtures" / folder, ROOT / "tests" / "adversarial" / folder):
+        for p in sorted(d.glob("*.py")):
+            head = {}
+            for line in p.read_text().splitlines()[:8]:
+                m = HEADER.match(line)
+                if m:
+                    head[m.group(1)] = m.group(2).strip()
+            if "status=passed" not in head.get("expect", "") or "problem" not in head:
+                continue
+            overrides = tuple(sorted(kv.split("=", 1) for kv in head.get("config", "").split()))
+            out.append((p, ROOT / head["problem"], tuple(map(tuple, overrides))))
+    return out
+
+
+def toml_of(overrides: tuple) -> str:
+    def val(v: str) -> str:
+        try:
+            float(v)
+            return v
+        except ValueError:
+            return json.dumps(v)
+    return "".join(f"{k} = {val(v)}\n" for k, v in overrides)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--solutions", default="", help="a glob of more honest solutions (solutions/<problem>/x.py)")
+    ap.add_argument("--out", default=None, help="where the batch trees and runs go (default: a temporary folder)")
+    ap.add_argument("--timeout", type=int, default=3000, help="seconds for each batch")
+    a = ap.parse_args()
+    work = Path(a.out or tempfile.mkdtemp(prefix="honest-rounds-"))
+    work.mkdir(parents=True, exist_ok=True)
+    items = honest(a.device)
+    for s in sorted(glob.glob(a.solutions)) if a.solutions else []:
+        s = Path(s).resolve()
+        items.append((s, ROOT / "problems" / f"{s.parent.name}.py", ()))
+    groups: dict[tuple, list] = defaultdict(list)
+    for sol, prob, over in items:
+        groups[over].append((sol, prob))
+    records = []
+    for g, (over, members) in enumerate(sorted(groups.items())):
+        tree, probs, run = work / f"subs{g}", work / f"problems{g}", work / f"run{g}"
+        for d in (tree, probs, run):
+            shutil.rmtree(d, ignore_errors=True)
+        probs.mkdir(parents=True)
+        for sol, prob in members:
+            shutil.copy(prob, probs / prob.name)
+            (tree / prob.stem).mkdir(parents=True, exist_ok=True)
+            for i in range(a.rounds):
+                shutil.copy(sol, tree / prob.stem / f"{sol.stem}__r{i}{sol.suffix}")
+        cmd = [sys.executable, "-m", "harness.cli", "batch", str(tree), "--problems", str(probs), "--out", str(run),
+               "--device", a.device, "--require-sandbox", "-q"]
+        if over:
+            (work / f"config{g}.toml").write_text(toml_of(over))
+            cmd += ["--config", str(work / f"config{g}.toml")]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, cwd=ROOT, timeout=a.timeout, check=False)
+        f = run / "results.jsonl"
+        if f.exists():
+            records += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    rows: dict[str, list] = defaultdict(list)
+    for r in records:
+        rows[Path(r["solution"]).stem.rsplit("__r", 1)[0]].append(r)
+    print(f"\n| fixture | runs | verdicts | speedup min / median / max | flags |\n|---|---:|---|---|---|")
+    bad = 0
+    for name in sorted(rows):
+        rs = rows[name]
+        st = defaultdict(int)
+        for r in rs:
+            st[r["status"]] += 1
+        bad += sum(n for s, n in st.items() if s != "passed")
+        sp = [r["speedup"] for r in rs if r.get("speedup")]
+        flags = sorted({f for r in rs for f in r.get("flags", [])})
+        spd = f"{min(sp):.3f} / {statistics.median(sp):.3f} / {max(sp):.3f}" if sp else "-"
+        why = "; ".join(sorted({(r.get("error") or "")[:80] for r in rs if r["status"] != "passed"}))
+        print(f"| {name} | {len(rs)} | {', '.join(f'{s} {n}' for s, n in sorted(st.items()))}{' (' + why + ')' if why else ''}"
+              f" | {spd} | {', '.join(flags) or '-'} |")
+    missing = len(items) * a.rounds - len(records)
+    print(f"\n{len(records)} records, {bad} not passed, {missing} missing; protections: "
+          f"{sorted({p for r in records for p in r.get('protections', [])})}")
+    return 1 if bad or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
