@@ -625,7 +625,8 @@ def views() -> Optional[dict]:
             code = ("import sys; from harness import sandbox as s; s.apart_at_birth(); "
                     f"s.make_view([{d!r}], {hide}, {sorted(_read_by_every_jail())!r}); "
                     f"open({d!r} + '/ok', 'w').close()")
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parent.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
             try:
                 r = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, timeout=30)
                 if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
