@@ -68,7 +68,10 @@ def main() -> int:
     items = honest(a.device)
     for s in sorted(glob.glob(a.solutions)) if a.solutions else []:
         s = Path(s).resolve()
-        items.append((s, ROOT / "problems" / f"{s.parent.name}.py", ()))
+        found = [q for d in (ROOT / "problems", ROOT / "tests" / "problems") for q in d.rglob(f"{s.parent.name}.py")]
+        if not found:
+            raise SystemExit(f"no problem named {s.parent.name} for {s}")
+        items.append((s, found[0], ()))
     groups: dict[tuple, list] = defaultdict(list)
     for sol, prob, over in items:
         groups[over].append((sol, prob))
