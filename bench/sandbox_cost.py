@@ -42,7 +42,7 @@ def main() -> int:
         a.solution = str(cache / "identity.py")
         Path(a.solution).write_text(identity_source(Path(a.problem).read_text()))
     cfg = {m: load_config(None, {"cache_dir": str(cache), "device": a.device, "hardening.sandbox": m})
-           for m in ("on", "off")}
+           for m in ("on", "off", "auto")}
     first = evaluate(a.solution, a.problem, cfg["on"])  # builds (jailed) and warms the cache
     print(f"warm-up: {first.status.value}, protections {first.protections}")
     ext = next(p for p in (cache / "ext").iterdir() if not p.name.startswith("."))
@@ -62,7 +62,7 @@ def main() -> int:
             if mode == "on, no view":
                 sb._VIEWS["v"] = None
             t0 = time.perf_counter()
-            r = evaluate(a.solution, a.problem, cfg["off" if mode == "off" else "on"])
+            r = evaluate(a.solution, a.problem, cfg[{"off": "off", "on": "on"}.get(mode, "auto")])
             rows[mode].append((time.perf_counter() - t0, r.phases.load_s, r.status.value))
             sb._VIEWS.clear()
             sb._VIEWS.update(kept)

@@ -95,6 +95,8 @@ def wanted(setting: str, device: str, cache_dir: str) -> bool:
     if setting == "off":
         return False
     why = available((cache_dir,))
+    if why is None and setting == "on" and views() is None:
+        why = f"no view of the machine of its own could be made (a mount namespace): {_VIEWS.get('why', '')[-200:]}"
     if setting == "on" and why is not None:
         raise SandboxUnavailable(f"the sandbox is required and unavailable: {why}")
     if why is None:
@@ -607,6 +609,7 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 
 
 _VIEWS: dict = {}
+_VIEWS_LOCK = threading.Lock()
 
 
 def views() -> Optional[dict]:
@@ -615,26 +618,29 @@ def views() -> Optional[dict]:
     a parent with threads could deadlock), so that a jail's record never claims a view its process
     then fails to make. hidepid only from kernel 5.8: before, every proc mount shares one set of
     options, and the machine's own /proc would hide its processes too."""
-    if "v" not in _VIEWS:
-        _VIEWS["v"] = None
-        if hasattr(os, "setresuid") and os.geteuid() == 0:
-            import subprocess
-            import sys
-            hide = _kernel_at_least(5, 8)
-            d = tempfile.mkdtemp(prefix="harness-view-probe-")
-            code = ("import sys; from harness import sandbox as s; s.apart_at_birth(); "
-                    f"s.make_view([{d!r}], {hide}, {sorted(_read_by_every_jail())!r}); "
-                    f"open({d!r} + '/ok', 'w').close()")
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-                [str(Path(__file__).resolve().parent.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-            try:
-                r = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, timeout=30)
-                if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
-                    _VIEWS["v"] = {"hide_pids": hide}
-                else:
-                    _VIEWS["why"] = r.stderr.decode(errors="replace")[-300:]
-            except (OSError, subprocess.TimeoutExpired) as e:
-                _VIEWS["why"] = str(e)
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
+    with _VIEWS_LOCK:  # one answer for every lane: a record must not claim a view its jail lacked
+        if "v" not in _VIEWS:
+            _VIEWS.update(_probe_views())
     return _VIEWS["v"]
+
+
+def _probe_views() -> dict:
+    if not hasattr(os, "setresuid") or os.geteuid() != 0:
+        return {"v": None, "why": "not root on Linux"}
+    import subprocess
+    import sys
+    hide = _kernel_at_least(5, 8)
+    d = tempfile.mkdtemp(prefix="harness-view-probe-")
+    code = ("from harness import sandbox as s; s.apart_at_birth(); "
+            f"s.make_view([{d!r}], {hide}, {sorted(_read_by_every_jail())!r}); open({d!r} + '/ok', 'w').close()")
+    path = [str(Path(__file__).resolve().parent.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    try:
+        r = subprocess.run([sys.executable, "-P", "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+                           capture_output=True, timeout=30)
+        if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
+            return {"v": {"hide_pids": hide}}
+        return {"v": None, "why": r.stderr.decode(errors="replace")[-300:]}
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"v": None, "why": str(e)}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -114,6 +114,11 @@ def test_required_where_unavailable_refuses_to_run(monkeypatch):
     monkeypatch.setattr(sb, "available", lambda reach=(): None)  # where it can be had, on both paths
     assert sb.wanted("auto", "cpu", "/tmp") and sb.wanted("auto", "cuda", "/tmp")
     assert sb.wanted("off", "cuda", "/tmp") is False
+    # the full set or nothing: without a view of its own (a mount namespace), "on" refuses too
+    monkeypatch.setattr(sb, "_VIEWS", {"v": None, "why": "mount: operation not permitted"})
+    with pytest.raises(sb.SandboxUnavailable, match="view"):
+        sb.wanted("on", "cpu", "/tmp")
+    assert sb.wanted("auto", "cpu", "/tmp")
 
 
 def test_root_never_follows_what_a_jailed_build_left_in_its_folder(open_dir):
@@ -311,7 +316,7 @@ def test_code_planted_in_the_current_folder_is_not_imported_by_the_harnesss_chil
         assert not (work / "harness").exists()  # a world-writable folder is read-only in its view
         assert r.status.value == "incorrect", (r.error, r.log_tail)
     monkeypatch.setattr(sb, "_VIEWS", {"v": None})
-    r = _evaluate(ATTACKS / "plant_package.py", prob, open_dir / "cache", "on")
+    r = _evaluate(ATTACKS / "plant_package.py", prob, open_dir / "cache", "auto")
     assert "own_uid" in r.protections and "read_only_view" not in r.protections
     assert (work / "harness" / "__init__.py").exists()  # the plant was made, as the attack intends
     assert r.status.value == "incorrect", (r.error, r.log_tail)
@@ -449,12 +454,28 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         monkeypatch.setenv("ATTACK_DROP", str(drop))
         monkeypatch.setattr(sb, "_VIEWS", {"v": None})
         for attack in ("drop_outside.py", "see_processes.py"):
-            r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
+            r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "auto")
             assert "own_uid" in r.protections and "read_only_view" not in r.protections
             assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work
         assert list(drop.iterdir())
     finally:
         shutil.rmtree(drop, ignore_errors=True)
+
+
+def test_every_lane_asking_at_once_gets_the_same_answer_about_the_view(monkeypatch):
+    """A batch's lanes make their first jails together: while the probe ran, the others were told
+    "no view" (3 of 100 level-2 records on an H100 ran without one)."""
+    import threading
+
+    import harness.sandbox as sb
+    monkeypatch.setattr(sb, "_VIEWS", {})
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(sb.views())) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 6 and all(g == got[0] for g in got), got
 
 
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
