@@ -438,6 +438,7 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
     says so, and its /tmp was its own: nothing it left there is on the machine's."""
     import harness.sandbox as sb
     drop = Path(tempfile.mkdtemp(prefix="sandbox-drop-", dir=ROOT / "tests"))  # not under /tmp
+    mounts = Path("/proc/self/mountinfo").read_text()
     try:
         os.chmod(drop, 0o1777)
         monkeypatch.setenv("ATTACK_DROP", str(drop))
@@ -458,6 +459,8 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
             assert "own_uid" in r.protections and "read_only_view" not in r.protections
             assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work
         assert list(drop.iterdir())
+        # nothing of the views reached the machine's own mounts (a tmpfs over /tmp, a hidden /proc)
+        assert Path("/proc/self/mountinfo").read_text() == mounts
     finally:
         shutil.rmtree(drop, ignore_errors=True)
 
