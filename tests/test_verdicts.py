@@ -25,6 +25,15 @@ def test_fixture_verdict(path):
         assert r.error, "a failing verdict says why"
 
 
+@pytest.mark.parametrize("name,problem", [("wrong_init_signature.py", "linear_relu"), ("forward_signature.py", "relu_add")])
+def test_an_interface_error_asks_whether_the_problem_is_the_right_one(name, problem):
+    """Scored against a problem it was not written for, a solution fails on its signatures first."""
+    from conftest import TESTS
+    r = evaluate_fixture(read_expectation(TESTS / "fixtures" / "cpu" / name))
+    assert r.status.value == "interface_error"
+    assert f"is {problem} the problem this solution was written for?" in (r.error or ""), r.error
+
+
 def test_every_status_is_pinned():
     from harness.records.result import Status
     pinned = {read_expectation(p).status for p in CPU_FIXTURES}

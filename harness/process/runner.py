@@ -137,7 +137,7 @@ class Runner:
         try:
             model = self.cls(*init_inputs)
         except TypeError as e:
-            raise InterfaceError(f"ModelNew cannot be built from get_init_inputs(): {e}") from None
+            raise InterfaceError(f"ModelNew cannot be built from get_init_inputs(): {e}{self._which_problem()}") from None
         if isinstance(model, torch.nn.Module):
             model = model.to(self.device)
             if self.dtype is not None:
@@ -159,8 +159,16 @@ class Runner:
             return self.model(*inputs)
         except TypeError as e:
             if "positional argument" in str(e) or "forward()" in str(e):
-                raise InterfaceError(f"forward rejects get_inputs(): {e}") from None
+                raise InterfaceError(f"forward rejects get_inputs(): {e}{self._which_problem()}") from None
             raise
+
+    def _which_problem(self) -> str:
+        """A solution scored against a problem it was not written for fails here first: say which
+        problem it met (a new user's wrong --problem gave only torch's TypeError)."""
+        if self.role != "candidate":
+            return ""
+        from pathlib import Path
+        return f" (is {Path(self.setup.problem_path).stem} the problem this solution was written for?)"
 
     def trials(self, seeds: list[int], shapes: list[dict], with_inputs: bool = False,
                share: bool = False) -> tuple[list, dict]:
