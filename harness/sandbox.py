@@ -422,6 +422,11 @@ def enter(jail: Jail) -> None:
 AUDIT_ARCH_X86_64 = 0xC000003E
 NR_CLONE, NR_UNSHARE, NR_CLONE3 = 56, 272, 435
 NR_IO_SETUP, NR_IO_URING_SETUP = 206, 425
+# Nor the kernel's keyrings (add_key, request_key, keyctl): a key added to a uid's user keyring outlives
+# every process of the uid, and one opened to all is read by any later jail through /proc/keys and
+# keyctl (a helper's attack: a channel between evaluations that no file view covers, and keys that pile
+# up, one keyring per spent uid)
+NR_ADD_KEY, NR_REQUEST_KEY, NR_KEYCTL = 248, 249, 250
 CLONE_NEWUSER = 0x10000000
 X32_SYSCALL_BIT = 0x40000000
 
@@ -442,6 +447,9 @@ def _filter() -> bytes:
         (None, RET_K, ERRNO | 38, None, None),             # ENOSYS
         ("not3", JEQ_K, NR_IO_SETUP, "eperm", None),
         (None, JEQ_K, NR_IO_URING_SETUP, "eperm", None),
+        (None, JEQ_K, NR_ADD_KEY, "eperm", None),
+        (None, JEQ_K, NR_REQUEST_KEY, "eperm", None),
+        (None, JEQ_K, NR_KEYCTL, "eperm", None),
         (None, JEQ_K, NR_CLONE, "flags", None),
         (None, JEQ_K, NR_UNSHARE, None, "allow"),
         ("flags", LD_W_ABS, 16, None, None),               # args[0], low half: the flags
@@ -489,7 +497,7 @@ def protections(jailed: bool) -> list[str]:
             out.append("frozen_while_other_timed")
         import platform
         if platform.machine() == "x86_64":
-            out += ["no_user_namespaces", "no_async_io"]
+            out += ["no_user_namespaces", "no_async_io", "no_keyrings"]
     return out
 
 
@@ -502,6 +510,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 0x1, 0x2, 0x4, 0x8, 0x20, 0x1000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+CGROUPS = "/sys/fs/cgroup"
 # left writable as they are: the kernel's own (proc, sysfs) and the device nodes a GPU is driven through
 _KEPT_MOUNTS = ("/proc", "/sys")
 _apart = False  # this process has a mount namespace of its own whose mounts propagate nowhere
@@ -554,8 +563,9 @@ def make_view(writable: list[str], hide_pids: bool, readable: list[str] = ()) ->
     """As root, in a process apart (`apart_at_birth`): every mount read-only but the kernel's own
     (/proc, /sys) and the device nodes (/dev, /dev/pts); a fresh tmpfs over each private temporary
     folder, with what lies under one and the process must still read (`readable`: its Python, the
-    harness, the build cache) bound back read-only; `writable` (its home, its build folder) bound back
-    writable where they were; and (`hide_pids`) /proc mounted anew showing no process of another uid
+    harness, the build cache) bound back read-only; an empty /sys/fs/cgroup; `writable` (its home,
+    its build folder) bound back writable where they were; and (`hide_pids`) /proc mounted anew
+    showing no process of another uid
     (hidepid=2, in a proc of its own: kernels from 5.8 give each mount its own options). Raises where
     any step fails: the jail never runs with less than its record says."""
     if not _apart:
@@ -585,6 +595,11 @@ def make_view(writable: list[str], hide_pids: bool, readable: list[str] = ()) ->
         for d in PRIVATE_TMP:
             if os.path.isdir(d) and not os.path.islink(d):
                 _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        if os.path.isdir(CGROUPS) and not os.path.islink(CGROUPS):
+            # every control group's member list is open to all (cgroup v1 `tasks`, v2 `cgroup.procs`):
+            # the pids hidepid hides, the harness's among them (a helper's attack). The parent reads
+            # and writes the jail's groups; nothing inside needs them
+            _mount("tmpfs", CGROUPS, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "mode=0555")
         for path, fd, rw in keep:
             # under a fresh tmpfs, its place is made again
             if stat.S_ISDIR(os.fstat(fd).st_mode):

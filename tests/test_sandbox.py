@@ -433,7 +433,8 @@ def test_the_jails_filter_cannot_be_passed_under_another_abi():
 def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_processes(open_dir, monkeypatch):
     """drop_outside.py answers wrongly where it could leave a file in a world-writable folder (outside
     the private temporary folders, as a checkout or a results folder may be), see_processes.py where
-    it could read the harness's command lines. As a uid of its own, with no view, both can
+    it could read the harness's command lines, see_pids_cgroup.py where the control groups' member
+    lists gave it another uid's live process. As a uid of its own, with no view, all can
     (incorrect); with its view of the machine (sandbox.make_view) neither can (passed), the record
     says so, and its /tmp was its own: nothing it left there is on the machine's."""
     import harness.sandbox as sb
@@ -443,7 +444,7 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         os.chmod(drop, 0o1777)
         monkeypatch.setenv("ATTACK_DROP", str(drop))
         prob = _problem_copy(open_dir)
-        for attack in ("drop_outside.py", "see_processes.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
             assert {"read_only_view", "private_tmp", "hidden_processes"} <= set(r.protections), r.protections
             assert r.status.value == "passed", (attack, r.error, r.log_tail)
@@ -454,7 +455,7 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         assert not list(Path("/tmp").glob("left-by-*"))  # ... which went with it
         monkeypatch.setenv("ATTACK_DROP", str(drop))
         monkeypatch.setattr(sb, "_VIEWS", {"v": None})
-        for attack in ("drop_outside.py", "see_processes.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "auto")
             assert "own_uid" in r.protections and "read_only_view" not in r.protections
             assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work
@@ -479,6 +480,20 @@ def test_every_lane_asking_at_once_gets_the_same_answer_about_the_view(monkeypat
     for t in threads:
         t.join()
     assert len(got) == 6 and all(g == got[0] for g in got), got
+
+
+def test_a_jailed_solution_cannot_leave_keys_in_the_kernels_keyrings(open_dir):
+    """keyring_channel.py answers wrongly where add_key ran: as root, unjailed, it does (incorrect);
+    jailed, the seccomp filter refuses it (passed), and the record says so."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("the filter's syscall numbers are x86-64's")
+    prob = _problem_copy(open_dir)
+    r = _evaluate(ATTACKS / "keyring_channel.py", prob, open_dir / "cache", "off")
+    assert r.status.value == "incorrect", (r.error, r.log_tail)
+    r = _evaluate(ATTACKS / "keyring_channel.py", prob, open_dir / "cache", "on")
+    assert "no_keyrings" in r.protections
+    assert r.status.value == "passed", (r.error, r.log_tail)
 
 
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
