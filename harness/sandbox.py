@@ -573,7 +573,10 @@ def make_view(writable: list[str], hide_pids: bool, readable: list[str] = ()) ->
     hidden = tuple(d + "/" for d in PRIVATE_TMP)
     keep = []  # (path, fd, writable), the read-only ones first: a build folder lies in the cache
     for path, rw in [*((p, False) for p in readable), *((p, True) for p in writable)]:
-        if not rw and not (os.path.realpath(path) + "/").startswith(hidden):
+        real = os.path.realpath(path)
+        # only what lies under a private folder; the folder itself (a build cache made at /tmp) bound
+        # back would make the machine's /tmp its /tmp again (seen: a test's wanted(..., "/tmp"))
+        if not rw and (real in PRIVATE_TMP or not (real + "/").startswith(hidden)):
             continue
         try:
             keep.append((path, os.open(path, os.O_PATH), rw))

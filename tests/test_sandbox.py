@@ -440,6 +440,7 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
     import harness.sandbox as sb
     drop = Path(tempfile.mkdtemp(prefix="sandbox-drop-", dir=ROOT / "tests"))  # not under /tmp
     mounts = Path("/proc/self/mountinfo").read_text()
+    sb.JAILS.reads("/tmp")  # a build cache at /tmp itself (another test's) must not undo the private /tmp
     try:
         os.chmod(drop, 0o1777)
         monkeypatch.setenv("ATTACK_DROP", str(drop))
