@@ -160,6 +160,52 @@ def remove_tree(path) -> None:
         subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
 
 
+# What a solution's build folder may keep in the cache once its jail is released: an honest build is
+# tens of MB; a helper's attack left a 512 MiB file there, and enough of them fill the disk the
+# builds of every later solution need
+BUILD_FOLDER_CAP = 1 << 30
+
+
+def tree_bytes(path: Path, stop_at: int) -> int:
+    """The bytes of the regular files under `path`, through file descriptors and never a link, counted
+    until they pass `stop_at` (a tree of a million files is not walked to its end)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        stack = [(os.open(path, flags | os.O_DIRECTORY), 0)]
+    except OSError:
+        return 0
+    total = 0
+    while stack:
+        dir_fd, depth = stack.pop()
+        try:
+            for entry in os.scandir(dir_fd):
+                if total > stop_at:
+                    break
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_blocks * 512  # what it holds on disk (a sparse file holds little)
+                elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+                    try:
+                        stack.append((os.open(entry.name, flags | os.O_DIRECTORY, dir_fd=dir_fd), depth + 1))
+                    except OSError:
+                        pass
+        finally:
+            os.close(dir_fd)
+    for fd, _ in stack:
+        os.close(fd)
+    return total
+
+
+def trim_build_folder(path: Path) -> None:
+    """A build folder over BUILD_FOLDER_CAP is emptied: whatever needs it again builds it again."""
+    if tree_bytes(path, BUILD_FOLDER_CAP) > BUILD_FOLDER_CAP:
+        remove_tree(path)
+        path.mkdir(exist_ok=True)
+
+
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock")
 
 
@@ -338,6 +384,8 @@ class Jails:
         from . import cgroups
         cgroups.remove(jail.cgroups)
         remove_tree(jail.home)
+        for folder in jail.writable[1:]:  # its build folder, which the cache keeps
+            trim_build_folder(Path(folder))
         remove_leftovers(jail.uid)
         with self._lock:
             self._live.discard(jail.uid)

@@ -497,6 +497,21 @@ def test_a_jailed_solution_cannot_leave_keys_in_the_kernels_keyrings(open_dir):
     assert r.status.value == "passed", (r.error, r.log_tail)
 
 
+def test_a_build_folder_filled_past_its_cap_is_emptied_when_its_jail_is_released(open_dir, monkeypatch):
+    """fill_build_folder.py leaves 64 MiB in its build folder, which the cache keeps: under a 32 MiB
+    cap the folder is emptied at release, above it (a 128 MiB cap) what it left stays."""
+    import harness.sandbox as sb
+    monkeypatch.setenv("ATTACK_FILL_MB", "64")
+    prob = _problem_copy(open_dir)
+    for cap, kept in ((128 << 20, True), (32 << 20, False)):
+        monkeypatch.setattr(sb, "BUILD_FOLDER_CAP", cap)
+        cache = open_dir / f"cache{cap}"
+        r = _evaluate(ATTACKS / "fill_build_folder.py", prob, cache, "on")
+        assert r.status.value == "passed" and "own_uid" in r.protections, (r.error, r.log_tail)
+        left = list((cache / "ext").glob("*/ballast.bin"))
+        assert bool(left) == kept, (cap, left)
+
+
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
     can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
