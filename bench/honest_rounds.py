@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import re
 import shutil
 import statistics
 import subprocess
@@ -24,35 +23,23 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADER = re.compile(r"^#\s*(expect|problem|config|device):\s*(.*)$")
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import fixtures_in, read_expectation  # noqa: E402  (the fixtures' `# expect:` headers)
 
 
 def honest(device: str) -> list[tuple[Path, Path, tuple]]:
     """(solution, problem, config overrides) of every honest fixture for `device`."""
-    out = []
     folder = "gpu" if device == "cuda" else "cpu"
-    for d in (ROOT / "tests" / "fixtures" / folder, ROOT / "tests" / "adversarial" / folder):
-        for p in sorted(d.glob("*.py")):
-            head = {}
-            for line in p.read_text().splitlines()[:8]:
-                m = HEADER.match(line)
-                if m:
-                    head[m.group(1)] = m.group(2).strip()
-            if "status=passed" not in head.get("expect", "") or "problem" not in head:
-                continue
-            overrides = tuple(sorted(kv.split("=", 1) for kv in head.get("config", "").split()))
-            out.append((p, ROOT / head["problem"], tuple(map(tuple, overrides))))
+    out = []
+    for p in fixtures_in(f"fixtures/{folder}", f"adversarial/{folder}"):
+        exp = read_expectation(p)
+        if exp.status == "passed":
+            out.append((p, exp.problem, tuple(sorted(exp.overrides.items()))))
     return out
 
 
 def toml_of(overrides: tuple) -> str:
-    def val(v: str) -> str:
-        try:
-            float(v)
-            return v
-        except ValueError:
-            return json.dumps(v)
-    return "".join(f"{k} = {val(v)}\n" for k, v in overrides)
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in overrides)
 
 
 def main() -> int:
