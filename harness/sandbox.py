@@ -53,27 +53,26 @@ def available(reach: tuple = ()) -> Optional[str]:
     return None
 
 
-def _read_by_every_jail() -> set[str]:
-    """Where a jailed process reads its Python, torch and the harness: the installation, every folder
-    on the path (a --target install of a package, a checkout), the harness's own."""
+def _installation() -> set[Path]:
+    """Where every jailed process reads its Python, its headers, torch and the harness."""
     import sys
     import sysconfig
     here = Path(__file__).resolve().parent.parent
-    out = {str(here), sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["include"]}
-    out |= {p for p in sys.path if p and os.path.isabs(p)}
+    return {Path(sys.base_prefix), Path(sys.prefix), Path(sysconfig.get_paths()["include"]), here,
+            Path(sysconfig.get_paths()["purelib"])}
+
+
+def _read_by_every_jail() -> set[str]:
+    """The installation and every folder on the path (a --target install of a package, a checkout)."""
+    import sys
+    out = {str(p) for p in _installation()} | {p for p in sys.path if p and os.path.isabs(p)}
     return {os.path.realpath(p) for p in out if os.path.exists(p)}
 
 
 def _closed_to_others(extra: tuple = ()) -> Optional[str]:
     """The first folder on the way to what a jailed process reads (the interpreter's installation,
     its headers, torch, the harness) that other users may not pass through; None where all may."""
-    import stat
-    import sys
-    import sysconfig
-    here = Path(__file__).resolve().parent.parent
-    targets = {Path(sys.base_prefix), Path(sys.prefix), Path(sysconfig.get_paths()["include"]), here,
-               Path(sysconfig.get_paths()["purelib"]), *extra}
-    for t in targets:
+    for t in {*_installation(), *extra}:
         for d in [*reversed(t.resolve().parents), t.resolve()]:
             try:
                 if d.is_dir() and not os.stat(d).st_mode & stat.S_IXOTH:
@@ -559,8 +558,9 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 0x1, 0x2, 0x4, 
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 CGROUPS = "/sys/fs/cgroup"
-# left writable as they are: the kernel's own (proc, sysfs) and the device nodes a GPU is driven through
-_KEPT_MOUNTS = ("/proc", "/sys")
+# left writable as they are: the kernel's own (proc, sysfs, below them too) and the device nodes a GPU
+# is driven through (/dev, /dev/pts; not the rest of /dev: /dev/mqueue, /dev/hugepages)
+_KEPT_MOUNTS = ("/proc", "/sys", "/dev", "/dev/pts")
 _apart = False  # this process has a mount namespace of its own whose mounts propagate nowhere
 
 
@@ -632,8 +632,7 @@ def make_view(writable: list[str], hide_pids: bool, readable: list[str] = ()) ->
             continue
     try:
         for point, opts in _mount_points():
-            if point in ("/dev", "/dev/pts") or point.startswith(tuple(k + "/" for k in _KEPT_MOUNTS)) \
-                    or point in _KEPT_MOUNTS or "ro" in opts:
+            if point in _KEPT_MOUNTS or point.startswith(("/proc/", "/sys/")) or "ro" in opts:
                 continue
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY
             for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
