@@ -166,15 +166,17 @@ BUILD_FOLDER_CAP = 1 << 30
 
 
 def tree_bytes(path: Path, stop_at: int) -> int:
-    """The bytes of the regular files under `path`, through file descriptors and never a link, counted
-    until they pass `stop_at` (a tree of a million files is not walked to its end)."""
+    """The bytes on disk of everything under `path` (files, links, folders), through file descriptors
+    and never following a link, counted until they pass `stop_at` (a tree of a million files is not
+    walked to its end). A tree deeper than MAX_DEPTH counts as over: what lies below is not walked
+    (a helper's attack hid 1.3 GiB 70 folders down, and 1.2 GiB in the targets of 300,000 links)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         stack = [(os.open(path, flags | os.O_DIRECTORY), 0)]
     except OSError:
         return 0
     total = 0
-    while stack:
+    while stack and total <= stop_at:
         dir_fd, depth = stack.pop()
         try:
             for entry in os.scandir(dir_fd):
@@ -184,9 +186,11 @@ def tree_bytes(path: Path, stop_at: int) -> int:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if stat.S_ISREG(st.st_mode):
-                    total += st.st_blocks * 512  # what it holds on disk (a sparse file holds little)
-                elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+                total += st.st_blocks * 512  # what it holds on disk (a sparse file holds little)
+                if stat.S_ISDIR(st.st_mode):
+                    if depth >= MAX_DEPTH:
+                        total = stop_at + 1
+                        break
                     try:
                         stack.append((os.open(entry.name, flags | os.O_DIRECTORY, dir_fd=dir_fd), depth + 1))
                     except OSError:

@@ -512,6 +512,22 @@ def test_a_build_folder_filled_past_its_cap_is_emptied_when_its_jail_is_released
         assert bool(left) == kept, (cap, left)
 
 
+def test_a_build_folders_size_counts_links_and_folders_and_a_tree_too_deep_counts_as_over(tmp_path, monkeypatch):
+    """What a helper's attack kept past the cap: the targets of 300,000 links (each a block on disk,
+    never a regular file) and a file 70 folders down (below the walk's depth limit)."""
+    import harness.sandbox as sb
+    links = tmp_path / "links"
+    links.mkdir()
+    for i in range(64):
+        os.symlink("x" * 4000, links / f"l{i}")  # a target this long takes a block of its own
+    assert sb.tree_bytes(links, 1 << 30) >= 64 * 4096
+    monkeypatch.setattr(sb, "MAX_DEPTH", 4)
+    deep = tmp_path / "deep"
+    (deep / "a" / "b" / "c" / "d" / "e" / "f").mkdir(parents=True)
+    assert sb.tree_bytes(deep, 1 << 30) > 1 << 30
+    assert sb.tree_bytes(deep / "a" / "b" / "c", 1 << 30) <= 1 << 30
+
+
 def test_a_jailed_solution_cannot_make_a_user_namespace(open_dir):
     """user_namespace.py answers wrongly where it could make a user namespace: unjailed (root) it
     can (incorrect); jailed, the seccomp filter refuses it (passed), and the record says so."""
