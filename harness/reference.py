@@ -420,7 +420,7 @@ class ReferenceSession:
             self.extra = [w for w in self.extra if w.returncode is None and not w.out_of_step]
             missing = max(0, n - len(self.extra))
             if missing and self.standby is not None:
-                self.standby.reserve(missing)  # started together, as a candidate's are (Standby.reserve)
+                self.standby.reserve(missing, "reference")  # started together, as a candidate's are (Standby.reserve)
             new = [self.spawn_reference(on_worker) for _ in range(missing)]
             try:
                 for w in new:

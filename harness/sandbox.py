@@ -20,6 +20,7 @@ in force (`protections`), and a run can refuse to start without them (`--require
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -96,6 +97,8 @@ def wanted(setting: str, device: str, cache_dir: str) -> bool:
     why = available((cache_dir,))
     if why is None and setting == "on" and views() is None:
         why = f"no view of the machine of its own could be made (a mount namespace): {_VIEWS.get('why', '')[-200:]}"
+    elif why is None and setting == "on" and not views()["own_pids"]:
+        why = f"no PID namespace of its own could be made: {_VIEWS.get('pids_why', '')[-200:]}"
     if setting == "on" and why is not None:
         raise SandboxUnavailable(f"the sandbox is required and unavailable: {why}")
     if why is None:
@@ -379,6 +382,7 @@ class Jails:
         view = views()
         return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups,
                     views=view is not None, hide_pids=bool(view and view["hide_pids"]),
+                    own_pids=bool(view and view["own_pids"]),
                     writable=[str(home), *([str(ext_dir)] if ext_dir is not None else [])],
                     readable=sorted(self._reads | _read_by_every_jail()))
 
@@ -445,6 +449,8 @@ def enter(jail: Jail) -> None:
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
     from . import cgroups
     cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
+    if jail.own_pids and not _own_pids:
+        raise OSError("the jail says a PID namespace of its own, and this process was not born in one")
     if jail.views:
         make_view(jail.writable, jail.hide_pids, jail.readable)
     become(jail.uid, jail.gid)
@@ -542,6 +548,7 @@ def protections(jailed: bool) -> list[str]:
         view = views()
         if view is not None:
             out += ["read_only_view", "private_tmp"] + (["hidden_processes"] if view["hide_pids"] else [])
+            out += ["own_pid_namespace"] if view["own_pids"] else []
         if cgroups.available() is None:
             out.append("memory_cap")
         if cgroups.freezes():  # everything it started stops while the other side is timed
@@ -586,6 +593,53 @@ def apart_at_birth() -> None:
     except OSError:
         return
     _apart = True
+    if os.getpid() == 1:  # born in a PID namespace of its own (`born_apart`)
+        global _own_pids
+        try:
+            # the machine's /proc names processes by the machine's pids, its own among them under
+            # another number: the CUDA driver fails to start there (error 304 on an H200)
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError:
+            return
+        _own_pids = True
+
+
+# A PID namespace of its own for every process that runs solution code: its pids are its own
+# processes' only, so no probe (kill(pid, 0) answers EPERM for another uid's live process, ESRCH for
+# none), no pidfd_open, no affinity or scheduling query reaches the harness's or another solution's
+# processes, and when its first process (its pid 1) ends the kernel kills every process it left.
+# A process enters a PID namespace only at birth: its parent makes it (`born_apart`) and still sees it
+# under its machine pid, which is what the parent signals, pins, reads and records.
+# A reference is never born so: CUDA IPC refuses a handle whose exporter has the importer's own pid
+# as each sees it (the driver takes it for the same process), and every process born apart is pid 1
+# (an H200: a candidate apart to a reference in the machine's namespace opens; two apart, error 201).
+CLONE_NEWPID = 0x20000000
+_own_pids = False  # this process is pid 1 of a PID namespace of its own, with a /proc of its own
+
+
+@contextlib.contextmanager
+def born_apart(on: bool = True):
+    """Inside the `with`, the process this thread starts (one) is born in a PID namespace of its own.
+    The kernel keeps the namespace for new children per thread, so the harness's other threads are
+    untouched; on leaving, this thread's are its own namespace's again."""
+    if not on:
+        yield
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.unshare(CLONE_NEWPID) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare(CLONE_NEWPID) failed: {os.strerror(err)}")
+        try:
+            yield
+        finally:
+            if libc.setns(own, CLONE_NEWPID) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns back to the harness's PID namespace failed: {os.strerror(err)}")
+    finally:
+        os.close(own)
 
 
 def _mount(src, target, fstype, flags: int, data=None) -> None:
@@ -682,8 +736,9 @@ _VIEWS_LOCK = threading.Lock()
 
 
 def views() -> Optional[dict]:
-    """Whether jailed processes get a view of their own (`make_view`) here: {"hide_pids": bool}, or
-    None where it cannot be made. Found once per parent by making one, in a fresh process (a fork of
+    """Whether jailed processes get a view of their own (`make_view`) here: {"hide_pids": bool,
+    "own_pids": bool (born in a PID namespace of their own: `born_apart`)}, or None where it cannot
+    be made. Found once per parent by making one, in a fresh process (a fork of
     a parent with threads could deadlock), so that a jail's record never claims a view its process
     then fails to make. hidepid only from kernel 5.8: before, every proc mount shares one set of
     options, and the machine's own /proc would hide its processes too."""
@@ -703,13 +758,26 @@ def _probe_views() -> dict:
     code = ("from harness import sandbox as s; s.apart_at_birth(); "
             f"s.make_view([{d!r}], {hide}, {sorted(_read_by_every_jail())!r}); open({d!r} + '/ok', 'w').close()")
     path = [str(Path(__file__).resolve().parent.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    code += f"; s._own_pids and open({d!r} + '/pids', 'w').close()"
+
+    def attempt(apart: bool) -> Optional[str]:
+        try:
+            with born_apart(apart):
+                r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, timeout=30,
+                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+            if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
+                return None
+            return r.stderr.decode(errors="replace")[-300:] or f"exit {r.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
     try:
-        r = subprocess.run([sys.executable, "-P", "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
-                           capture_output=True, timeout=30)
-        if r.returncode == 0 and os.path.exists(os.path.join(d, "ok")):
-            return {"v": {"hide_pids": hide}}
-        return {"v": None, "why": r.stderr.decode(errors="replace")[-300:]}
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"v": None, "why": str(e)}
+        why = attempt(True)
+        if why is None and os.path.exists(os.path.join(d, "pids")):
+            return {"v": {"hide_pids": hide, "own_pids": True}}
+        pids_why = why or "born apart, it was not pid 1 with a /proc of its own"
+        why = attempt(False)
+        if why is None:
+            return {"v": {"hide_pids": hide, "own_pids": False}, "pids_why": pids_why}
+        return {"v": None, "why": why, "pids_why": pids_why}
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -434,9 +434,11 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
     """drop_outside.py answers wrongly where it could leave a file in a world-writable folder (outside
     the private temporary folders, as a checkout or a results folder may be), see_processes.py where
     it could read the harness's command lines, see_pids_cgroup.py where the control groups' member
-    lists gave it another uid's live process. As a uid of its own, with no view, all can
-    (incorrect); with its view of the machine (sandbox.make_view) neither can (passed), the record
-    says so, and its /tmp was its own: nothing it left there is on the machine's."""
+    lists gave it another uid's live process, probe_pids.py where kill(pid, 0) found one. As a uid
+    of its own, with no view, all can (incorrect); with its view of the machine (sandbox.make_view)
+    and a PID namespace of its own (sandbox.born_apart) none can (passed), the record says so, and
+    its /tmp was its own: nothing it left there is on the machine's. With the view and no PID
+    namespace, only the probe works."""
     import harness.sandbox as sb
     drop = Path(tempfile.mkdtemp(prefix="sandbox-drop-", dir=ROOT / "tests"))  # not under /tmp
     mounts = Path("/proc/self/mountinfo").read_text()
@@ -445,9 +447,9 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         os.chmod(drop, 0o1777)
         monkeypatch.setenv("ATTACK_DROP", str(drop))
         prob = _problem_copy(open_dir)
-        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
-            assert {"read_only_view", "private_tmp", "hidden_processes"} <= set(r.protections), r.protections
+            assert {"read_only_view", "private_tmp", "hidden_processes", "own_pid_namespace"} <= set(r.protections), r.protections
             assert r.status.value == "passed", (attack, r.error, r.log_tail)
         assert not list(drop.iterdir())
         monkeypatch.setenv("ATTACK_DROP", "/tmp")
@@ -455,8 +457,14 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         assert r.status.value == "incorrect"  # it could write its own /tmp ...
         assert not list(Path("/tmp").glob("left-by-*"))  # ... which went with it
         monkeypatch.setenv("ATTACK_DROP", str(drop))
+        if sb.views()["own_pids"]:
+            monkeypatch.setattr(sb, "_VIEWS", {"v": {**sb.views(), "own_pids": False}})
+            r = _evaluate(ATTACKS / "see_processes.py", prob, open_dir / "cache", "auto")
+            assert r.status.value == "passed" and "own_pid_namespace" not in r.protections, (r.error, r.protections)
+            r = _evaluate(ATTACKS / "probe_pids.py", prob, open_dir / "cache", "auto")
+            assert r.status.value == "incorrect", (r.error, r.log_tail)
         monkeypatch.setattr(sb, "_VIEWS", {"v": None})
-        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "auto")
             assert "own_uid" in r.protections and "read_only_view" not in r.protections
             assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work

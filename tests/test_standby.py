@@ -135,6 +135,45 @@ def test_a_deeper_standby_hands_out_the_oldest_and_refills(standby, tmp_path):
 
 
 
+def _pid_namespace_depth(w: Worker) -> int:
+    """How many PID namespaces `w` has a pid in (2: born in one of its own), from /proc's NSpid."""
+    for line in open(f"/proc/{w.pid}/status"):
+        if line.startswith("NSpid:"):
+            return len(line.split()) - 1
+    raise AssertionError("no NSpid")
+
+
+@pytest.mark.skipif(not (__import__("harness.sandbox", fromlist=["views"]).views() or {}).get("own_pids"),
+                    reason="no PID namespaces here")
+def test_references_of_a_gpu_slot_take_standbys_born_in_the_harness_namespace(standby, tmp_path):
+    """A jailed candidate is born in a PID namespace of its own (sandbox.born_apart); a reference that
+    reads CUDA IPC cannot be (pid 1 to pid 1: the driver refuses the handle), so a GPU slot's pool
+    keeps both kinds, each take hands out its own kind and starts its own kind again. Without IPC (a
+    CPU slot) a reference takes either."""
+    from harness.sandbox import JAILS
+    sb, taken = standby(2, apart=True, ipc=True)
+    first, second = list(sb.pool)
+    assert (first.apart, second.apart) == (True, False)
+    assert _pid_namespace_depth(first) == 2 and _pid_namespace_depth(second) == 1
+    setup, env = _setup(tmp_path)
+    ref = sb.take({**setup, "role": "reference"}, env, 120)
+    taken.append(ref)
+    assert ref is second and [w.apart for w in sb.pool] == [True, False] and sb.pool[1] is not second
+    jail, cand = JAILS.make(None, None), None
+    try:
+        cand = sb.take({**setup, "jail": jail.model_dump()}, env, 120)
+        assert cand is first and cand.preloaded is not None and _pid_namespace_depth(cand) == 2
+        assert [w.apart for w in sb.pool] == [False, True]
+    finally:
+        if cand is not None:
+            cand.close(grace=0)
+        JAILS.release(jail)
+    cpu, _ = standby(1, apart=True, ipc=False)
+    only = cpu.idle
+    assert only.apart and cpu.take({**setup, "role": "reference"}, env, 120) is only
+    taken.append(only)
+
+
 def test_a_group_of_takes_is_started_together_and_the_pool_ends_at_its_depth(standby, tmp_path):
     """reserve(n) before n takes (a candidate's further processes): all n are started at once, so
     they prepare side by side instead of one replacement per take; the takes hand out exactly those,
@@ -171,8 +210,8 @@ def test_further_processes_are_taken_from_the_standby_started_together(standby):
         served.append(take(*args, **kw))
         return served[-1]
 
-    def recording_reserve(n: int) -> None:
-        reserve(n)
+    def recording_reserve(n: int, role: str = "candidate") -> None:
+        reserve(n, role)
         groups.append(list(sb.pool)[:n])
 
     sb.take, sb.reserve = recording_take, recording_reserve

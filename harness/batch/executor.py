@@ -366,15 +366,19 @@ class SlotRuntime:
             s.close()
 
     def _standby(self, cfg: Config) -> Optional[Standby]:
+        from ..sandbox import views, wanted
         with self._lock:
             if cfg.batch.standby_workers and self.standby is None:
                 depth = cfg.batch.standby_workers if self.slot.device == "cuda" else 1
                 # evaluations that overlap each take one: keep one more started per evaluation
                 prime = self.slot.device if self.slot.device == "cuda" and cfg.batch.prime_standbys else None
+                # standbys born as the slot's jailed candidates will be (sandbox.born_apart)
+                view = views() if wanted(cfg.hardening.sandbox, self.slot.device, cfg.cache_dir) else None
                 self.standby = Standby(child_env(None, self.slot.device, dict(self.slot.env)),
                                        depth + self.concurrency - 1, cpus=self.slot.background_cpus,
                                        prime=prime, gate=self.gate, timeout=cfg.timeouts.load_s,
-                                       fork=cfg.batch.fork_standbys)
+                                       fork=cfg.batch.fork_standbys, apart=bool(view and view["own_pids"]),
+                                       ipc=self.slot.device == "cuda")
             return self.standby
 
     def _early_reference(self, key: str, session) -> None:

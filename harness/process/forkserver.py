@@ -23,7 +23,8 @@ children. If the server dies (a candidate may kill it: it is a process of the sa
 children live on; an exit seen after that has no status (`EXIT_UNKNOWN`), and new standbys come from
 fresh interpreters again (`ForkServer.fork` returns None).
 
-Protocol on a Unix socket pair: the parent sends b"f" with the child's three fds (command read end,
+Protocol on a Unix socket pair: the parent sends b"f" (b"a": born in a PID namespace of its own,
+sandbox.born_apart) with the child's three fds (command read end,
 reply write end, output write end) attached; the server answers JSON lines: {"ready": ...} once, then
 {"forked": pid} per request, and {"exit": pid, "code": c} as children end (`code` as Popen's
 returncode: negative for a signal).
@@ -41,6 +42,7 @@ import threading
 import time
 from typing import Optional
 
+from ..sandbox import born_apart
 from .pipes import Tail
 
 # an exit the server could not report (it died first): no status known
@@ -140,7 +142,7 @@ class ForkServer:
                 self.proc.kill()
             return self._ready is not None and not self.dead and bool(self._ready.get("fork_safe"))
 
-    def fork(self, cmd_r: int, rep_w: int, out_w: int, timeout: float) -> Optional[ForkedProc]:
+    def fork(self, cmd_r: int, rep_w: int, out_w: int, timeout: float, apart: bool = False) -> Optional[ForkedProc]:
         """A new standby on these fds (the caller keeps and closes its own copies), or None when the
         server cannot give one (dead, refused, or no answer within `timeout`): the caller starts a
         fresh one, on new pipes, since these may have reached the server."""
@@ -148,7 +150,7 @@ class ForkServer:
             return None
         with self._lock:
             try:
-                socket.send_fds(self.sock, [b"f"], [cmd_r, rep_w, out_w])
+                socket.send_fds(self.sock, [b"a" if apart else b"f"], [cmd_r, rep_w, out_w])
             except OSError:
                 return None
             with self._cv:
@@ -310,10 +312,17 @@ def main() -> None:
                 open_ = False
             elif len(fds) == 3 and safe and not _driver_open():
                 sync_r, sync_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(sync_r)
-                    _child(fds, keep_env, sync_w)
+                try:
+                    with born_apart(msg == b"a"):
+                        pid = os.fork()
+                        if pid == 0:
+                            os.close(sync_r)
+                            _child(fds, keep_env, sync_w)
+                except OSError as e:  # no namespace: refused, as any request it cannot serve
+                    for fd in (sync_r, sync_w, *fds):
+                        os.close(fd)
+                    _send(sock, {"error": f"no PID namespace: {e}"})
+                    continue
                 os.close(sync_w)
                 os.read(sync_r, 1)  # setsid done, or the child died trying (EOF)
                 os.close(sync_r)

@@ -41,7 +41,13 @@ class Standby:
     out unprimed and pins for itself, as a fresh one does."""
 
     def __init__(self, env: dict[str, str], depth: int = 1, cpus: Optional[set[int]] = None,
-                 prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True):
+                 prime: Optional[str] = None, gate=None, timeout: float = 120.0, fork: bool = True,
+                 apart: Optional[bool] = None, ipc: Optional[bool] = None):
+        """`apart`: jailed candidates here are born in PID namespaces of their own (Jail.own_pids), so
+        standbys are born so too (None: wherever this machine makes them, sandbox.views); `ipc` (a GPU
+        slot; None: where `prime` is "cuda"): a reference reads its candidates' outputs through CUDA
+        IPC, which no process born apart can give it (sandbox.born_apart), so references take
+        standbys born in the harness's namespace, kept beside the others."""
         from ..batch.sharing import SoloGate
         self.env = _early(env)
         self.depth = max(1, depth)
@@ -51,14 +57,21 @@ class Standby:
         self.timeout = timeout
         # one torch import for all of them (forkserver.py); None: each imports its own
         self.server = ForkServer(self.env, cpus) if fork else None
+        if apart is None:
+            from ..sandbox import views
+            apart = bool(views() and views()["own_pids"])
+        self.apart, self.ipc = apart, (prime == "cuda") if ipc is None else ipc
         self._cv = threading.Condition()
         # id(worker) -> "starting" (its thread waits for the preload), "queued" (for the gate),
         # "priming", "done", or "taken" (handed out or closed before its turn: not primed)
         self._state: dict[int, str] = {}
-        self.pool: deque[Worker] = deque(self._spawn() for _ in range(self.depth))
+        # both kinds from the start where both are taken (a candidate first): each take replaces its own kind
+        self.pool: deque[Worker] = deque(self._spawn(self.apart and not (self.ipc and i % 2))
+                                         for i in range(self.depth))
 
-    def _spawn(self) -> Worker:
-        w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout)
+    def _spawn(self, apart: bool) -> Worker:
+        w = Worker(None, env=self.env, cpus=self.cpus, forkserver=self.server, fork_timeout=self.timeout,
+                   apart=apart)
         if self.prime_device:
             self._state[id(w)] = "starting"
             threading.Thread(target=self._prime, args=(w,), daemon=True, name="standby-prime").start()
@@ -128,8 +141,11 @@ class Standby:
             cand = Worker(setup, env=env)
             tell(cand)
             return cand
+        apart = self._apart_for(setup)
         with self._cv:
-            idle = self.pool.popleft() if self.pool else None
+            idle = next((w for w in self.pool if w.apart == apart), None)
+            if idle is not None:
+                self.pool.remove(idle)
         if idle is not None and self._claim(idle, timeout):
             tell(idle)
             idle.start(setup.model_copy(update={"env": {k: env[k] for k in LATE_ENV if k in env}}))
@@ -142,18 +158,31 @@ class Standby:
         with self._cv:
             if idle is not None:
                 self._state.pop(id(idle), None)
-            while len(self.pool) < self.depth:
-                self.pool.append(self._spawn())
+            # its own kind replaced even where the other kind fills the pool (a slot's references and
+            # candidates are taken in turns, so the pool stays near its depth)
+            while len(self.pool) < self.depth or not any(w.apart == apart for w in self.pool):
+                self.pool.append(self._spawn(apart))
         return cand
 
-    def reserve(self, n: int) -> None:
+    def _apart_for(self, setup: Setup) -> bool:
+        """The kind `setup` needs: born apart where its jail says so; a reference where it reads CUDA
+        IPC never; anything else takes the slot's default kind."""
+        if setup.jail is not None:
+            return setup.jail.own_pids
+        return self._kind(setup.role)
+
+    def _kind(self, role: str) -> bool:
+        return self.apart and not (self.ipc and role == "reference")
+
+    def reserve(self, n: int, role: str = "candidate") -> None:
         """Make sure `n` are started for the takes that follow at once (a side's further processes,
         candidate or reference): the pool's replacements otherwise start one per take, so a group of
         7 primed about two at a time, one after another (bench/diag/further_start.py). Those not
         taken stay in the pool for later evaluations."""
+        apart = self._kind(role)
         with self._cv:
-            while len(self.pool) < n:
-                self.pool.append(self._spawn())
+            while sum(w.apart == apart for w in self.pool) < n:
+                self.pool.append(self._spawn(apart))
 
     def settle(self, timeout: float) -> None:
         """Wait until the idle ones have finished starting (before CPU timing: they would share the cores)."""

@@ -26,6 +26,7 @@ from ..cgroups import freeze
 from ..cpus import restrict
 from ..memory import frame_limit
 from ..records.messages import REPLY, Command, ExitCommand, Prime, Reply, Setup
+from ..sandbox import born_apart
 from .forkserver import EXIT_UNKNOWN, SERVER_GONE, ForkServer
 from .pipes import MAX_LINE_BYTES, Tail, make_pipes
 
@@ -95,14 +96,21 @@ class Worker:
     preloads what a candidate needs and waits: `ready()`, then `start(setup)`."""
 
     def __init__(self, setup: Union[Setup, dict, None], env: Optional[dict[str, str]] = None, cwd: Optional[str] = None,
-                 cpus: Optional[set[int]] = None, forkserver: Optional[ForkServer] = None, fork_timeout: float = 120.0):
+                 cpus: Optional[set[int]] = None, forkserver: Optional[ForkServer] = None, fork_timeout: float = 120.0,
+                 apart: bool = False):
         """`cpus`: the host CPUs it (and its children) may run on; None: any (see cpus.py).
+        `apart`: born in a PID namespace of its own (sandbox.born_apart), as a jail that says so
+        (`Jail.own_pids`) needs; a setup's jail decides it for a worker started with its setup.
         `forkserver` (a standby only, `env` the server's own): forked from there when it can, else
         started fresh."""
         cmd_r, self._cmd_w, self._rep_r, rep_w, out_r, out_w = make_pipes()
         self.on_close: list[Callable[[], Any]] = []  # run once close() has ended the process
         self.standby = setup is None
-        proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout) if forkserver and self.standby else None
+        if setup is not None:
+            setup = Setup.model_validate(setup)
+            apart = setup.jail is not None and setup.jail.own_pids
+        self.apart = apart
+        proc = forkserver.fork(cmd_r, rep_w, out_w, fork_timeout, apart) if forkserver and self.standby else None
         self.forked = proc is not None
         if forkserver and self.standby and proc is None:
             # those fds may have reached the server: a child it forks late must not share these pipes
@@ -114,13 +122,16 @@ class Worker:
         child_env["HARNESS_WORKER_FDS"] = f"{cmd_r},{rep_w}"
         if self.standby:
             child_env["HARNESS_STANDBY"] = "1"
-        self.proc = proc or subprocess.Popen(
-            # -P: nothing from the current folder (a jailed solution may write there) shadows the harness
-            [sys.executable, "-P", "-m", "harness.process.child"],
-            stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
-            pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
-            start_new_session=True, close_fds=True,
-        )
+        if proc is None:
+            with born_apart(apart):
+                proc = subprocess.Popen(
+                    # -P: nothing from the current folder (a jailed solution may write there) shadows the harness
+                    [sys.executable, "-P", "-m", "harness.process.child"],
+                    stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                    pass_fds=(cmd_r, rep_w), env=child_env, cwd=cwd,
+                    start_new_session=True, close_fds=True,
+                )
+        self.proc = proc
         restrict(self.proc.pid, cpus)
         for fd in (cmd_r, rep_w, out_w):
             os.close(fd)

@@ -45,6 +45,7 @@ class Jail(_Strict):
     # and (`hide_pids`) no other uid's processes in /proc
     views: bool = False
     hide_pids: bool = False
+    own_pids: bool = False  # born in a PID namespace of its own (sandbox.born_apart), or refuses to run
     writable: list[str] = Field(default_factory=list)
     readable: list[str] = Field(default_factory=list)  # what it must still read where its view hides it (under /tmp)
 
