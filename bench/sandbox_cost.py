@@ -1,6 +1,7 @@
 """What the sandbox costs (harness/sandbox.py): the parent's work per jailed process (a uid, a home,
 the solution copied, its build folder handed to its group; then every process of the uid killed and
-the home removed), the child's (its mount namespace and its view of the machine), and whole
+the home removed), the child's (its mount namespace and its view of the machine, its PID namespace
+and a proc of its own), and whole
 evaluations jailed (with and without the view) against unjailed on a warm build cache.
 
     python bench/sandbox_cost.py [--runs 3] [--solution tests/fixtures/cpu/honest_cpp.py]
@@ -53,7 +54,9 @@ def main() -> int:
         t1 = time.perf_counter()
         JAILS.release(jail)
         per.append((t1 - t0, time.perf_counter() - t1))
-    view = _view_ms(ext, 20)
+    view = _view_ms(ext, 20, apart=False)
+    apart = _view_ms(ext, 20, apart=True)
+    spawn = {k: _spawn_ms(20, k) for k in (False, True)}
     import harness.sandbox as sb
     rows = {"off": [], "on, no view": [], "on": []}
     for _ in range(a.runs):
@@ -69,7 +72,11 @@ def main() -> int:
     print("| what | median | min | max |\n|---|---:|---:|---:|")
     for name, xs in (("jail made (ms)", [p[0] * 1e3 for p in per]), ("jail released (ms)", [p[1] * 1e3 for p in per]),
                      ("view made, in the child: mount namespace at birth (ms)", [v[0] for v in view]),
-                     ("view made, in the child: read-only mounts, private tmp, own /proc (ms)", [v[1] for v in view])):
+                     ("view made, in the child: read-only mounts, private tmp, own /proc (ms)", [v[1] for v in view]),
+                     ("born apart, in the child: mount namespace and a proc of its own at birth (ms)", [v[0] for v in apart]),
+                     ("born apart, in the child: the view after it (ms)", [v[1] for v in apart]),
+                     ("a child started by the parent, in the harness's PID namespace (ms)", spawn[False]),
+                     ("a child started by the parent, born apart (ms)", spawn[True])):
         print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
     for mode in rows:
         wall = [x[0] for x in rows[mode]]
@@ -80,12 +87,28 @@ def main() -> int:
     return 0
 
 
-def _view_ms(ext: Path, n: int) -> list[tuple[float, float]]:
+def _spawn_ms(n: int, apart: bool) -> list[float]:
+    """The parent's time to start a child (Popen returns once it has exec'd), born apart or not
+    (sandbox.born_apart: the namespace made, the thread's own put back)."""
+    import subprocess
+    from harness.sandbox import born_apart
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        with born_apart(apart):
+            p = subprocess.Popen(["/bin/true"])
+        out.append((time.perf_counter() - t0) * 1e3)
+        p.wait()
+    return out
+
+
+def _view_ms(ext: Path, n: int, apart: bool) -> list[tuple[float, float]]:
     """(namespace, view) in ms, each in a fresh process as a child makes them (sandbox.apart_at_birth,
-    then make_view with a home and a build folder to bind back)."""
+    then make_view with a home and a build folder to bind back); `apart`: born in a PID namespace of
+    its own, so that its birth also mounts a proc of its own."""
     import subprocess
     import harness.sandbox as sb
-    if sb.views() is None:
+    if sb.views() is None or (apart and not sb.views()["own_pids"]):
         return [(float("nan"), float("nan"))]
     home = Path(tempfile.mkdtemp(prefix="view-cost-"))
     code = ("import time; t0 = time.perf_counter(); from harness import sandbox as s; t1 = time.perf_counter(); "
@@ -94,7 +117,8 @@ def _view_ms(ext: Path, n: int) -> list[tuple[float, float]]:
             "print((t2 - t1) * 1e3, (t3 - t2) * 1e3)")
     out = []
     for _ in range(n):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+        with sb.born_apart(apart):
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
         out.append(tuple(float(x) for x in r.stdout.split()))
     os.rmdir(home)
     return out

@@ -422,7 +422,15 @@ def default_memory_cap() -> int:
     return (total or 8 << 30) // 2
 
 
-CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
+CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWCGROUP = 0x40000000, 0x08000000, 0x02000000
+
+
+def _unshare(flags: int, what: str) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare({what}) failed: {os.strerror(err)}")
 
 
 def isolate() -> None:
@@ -430,10 +438,7 @@ def isolate() -> None:
     that is down: no network, no socket to another process's port) and an IPC namespace (SysV IPC
     and message queues of its own). A process that started threads already (a standby, torch
     imported) moves only its calling thread: threads it makes later follow, its earlier ones do not."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET | CLONE_NEWIPC) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET | CLONE_NEWIPC) failed")
+    _unshare(CLONE_NEWNET | CLONE_NEWIPC, "CLONE_NEWNET | CLONE_NEWIPC")
 
 
 def enter(jail: Jail) -> None:
@@ -449,6 +454,10 @@ def enter(jail: Jail) -> None:
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
     from . import cgroups
     cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
+    if jail.views:
+        # its groups become its cgroup namespace's root: /proc/self/cgroup named the harness's group,
+        # harness-<the parent's pid> (a helper's attack)
+        _unshare(CLONE_NEWCGROUP, "CLONE_NEWCGROUP")
     if jail.own_pids and not _own_pids:
         raise OSError("the jail says a PID namespace of its own, and this process was not born in one")
     if jail.views:
@@ -775,6 +784,9 @@ def _probe_views() -> dict:
         if why is None and os.path.exists(os.path.join(d, "pids")):
             return {"v": {"hide_pids": hide, "own_pids": True}}
         pids_why = why or "born apart, it was not pid 1 with a /proc of its own"
+        for name in ("ok", "pids"):
+            if os.path.exists(os.path.join(d, name)):
+                os.remove(os.path.join(d, name))
         why = attempt(False)
         if why is None:
             return {"v": {"hide_pids": hide, "own_pids": False}, "pids_why": pids_why}

@@ -434,7 +434,8 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
     """drop_outside.py answers wrongly where it could leave a file in a world-writable folder (outside
     the private temporary folders, as a checkout or a results folder may be), see_processes.py where
     it could read the harness's command lines, see_pids_cgroup.py where the control groups' member
-    lists gave it another uid's live process, probe_pids.py where kill(pid, 0) found one. As a uid
+    lists gave it another uid's live process, probe_pids.py where kill(pid, 0) found one,
+    cgroup_path.py where its own groups' paths named the harness's pid. As a uid
     of its own, with no view, all can (incorrect); with its view of the machine (sandbox.make_view)
     and a PID namespace of its own (sandbox.born_apart) none can (passed), the record says so, and
     its /tmp was its own: nothing it left there is on the machine's. With the view and no PID
@@ -447,7 +448,8 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
         os.chmod(drop, 0o1777)
         monkeypatch.setenv("ATTACK_DROP", str(drop))
         prob = _problem_copy(open_dir)
-        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py",
+                       "cgroup_path.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
             assert {"read_only_view", "private_tmp", "hidden_processes", "own_pid_namespace"} <= set(r.protections), r.protections
             assert r.status.value == "passed", (attack, r.error, r.log_tail)
@@ -464,7 +466,8 @@ def test_a_jailed_solution_writes_only_its_own_folders_and_sees_only_its_own_pro
             r = _evaluate(ATTACKS / "probe_pids.py", prob, open_dir / "cache", "auto")
             assert r.status.value == "incorrect", (r.error, r.log_tail)
         monkeypatch.setattr(sb, "_VIEWS", {"v": None})
-        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py"):
+        for attack in ("drop_outside.py", "see_processes.py", "see_pids_cgroup.py", "probe_pids.py",
+                       "cgroup_path.py"):
             r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "auto")
             assert "own_uid" in r.protections and "read_only_view" not in r.protections
             assert r.status.value == "incorrect", (attack, r.error, r.log_tail)  # the attacks work
@@ -677,3 +680,90 @@ def test_a_jailed_solution_is_held_to_as_many_cpus_as_the_reference_and_apart_fr
         assert ("cpu_oversubscribed" in more.flags) == (used > 1.5), (used, more.flags)
         if idle:
             assert "cpu_oversubscribed" in more.flags and more.speedup > 1.3, (used, more.speedup)
+
+
+@pytest.mark.skipif(not (__import__("harness.sandbox", fromlist=["views"]).views() or {}).get("own_pids"),
+                    reason="no PID namespaces here")
+def test_a_process_born_apart_takes_every_process_it_left_with_it():
+    """Born in a PID namespace of its own (sandbox.born_apart), a process is its namespace's pid 1 and
+    sees only its own processes; a daemon it leaves (forked twice, a session of its own) ends when it
+    does, killed by the kernel, before and whatever the jail's release kills by uid. The harness's
+    own namespace is the starting thread's again afterwards."""
+    import subprocess
+    import sys
+    import time
+
+    from harness.sandbox import born_apart
+    code = ("import os, sys, time\nfrom harness import sandbox as s\ns.apart_at_birth()\n"
+            "print(os.getpid(), s._own_pids, sorted(p for p in os.listdir('/proc') if p.isdigit()), flush=True)\n"
+            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(120)\n    os._exit(0)\n"
+            "time.sleep(120)\n")
+    with born_apart():
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert p.stdout.readline().split(" ", 2)[:2] == ["1", "True"]
+        deadline = time.monotonic() + 30
+        # the daemon's parent gone (a zombie: pid 1 here reaps nothing), the daemon itself alive
+        while not ({"Z"} < {_state(d) for d in _descendants(p.pid)}):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        left = [d for d in _descendants(p.pid) if _state(d) != "Z"]
+        assert left
+        assert all(_in_own_namespace(d) for d in left)
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{d}") and _state(d) not in ("Z", "X") for d in left):
+        assert time.monotonic() < deadline, "a process it left outlived it"
+        time.sleep(0.05)
+    with subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE, text=True) as q:
+        assert q.stdout.read().strip() == str(q.pid)  # this thread's children are the harness's namespace's again
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for t in os.listdir(f"/proc/{p}/task"):
+            try:
+                kids = [int(c) for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _in_own_namespace(pid: int) -> bool:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("NSpid:"):
+            return len(line.split()) == 3
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+@pytest.mark.skipif(__import__("harness.sandbox", fromlist=["views"]).views() is None,
+                    reason="no mount namespace for a view of its own here")
+def test_without_pid_namespaces_the_view_stays_and_a_required_sandbox_refuses(monkeypatch, open_dir):
+    """Where a PID namespace cannot be made, the probe says so (and still finds the view), records
+    leave out own_pid_namespace, and `--require-sandbox` refuses to run, naming why."""
+    import harness.sandbox as sb
+    monkeypatch.setattr(sb, "CLONE_NEWPID", 0x1)  # not a namespace: unshare refuses it (EINVAL)
+    got = sb._probe_views()
+    assert got["v"] == {"hide_pids": sb.views()["hide_pids"], "own_pids": False}, got
+    assert "unshare" in got["pids_why"]
+    monkeypatch.setattr(sb, "_VIEWS", got)
+    assert "own_pid_namespace" not in sb.protections(True) and "read_only_view" in sb.protections(True)
+    cache = open_dir / "cache"
+    cache.mkdir()
+    with pytest.raises(sb.SandboxUnavailable, match="PID namespace"):
+        sb.wanted("on", "cpu", str(cache))
+    assert sb.wanted("auto", "cpu", str(cache))

@@ -346,7 +346,7 @@ class Worker:
             self._send_line(ExitCommand().model_dump_json())
             if self._wait_exit(grace) is None:
                 self.kill()
-        else:
+        elif not self.apart:  # born apart, nothing outlives it: its group's number may be another's by now
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # orphans of a dead leader
             except (ProcessLookupError, PermissionError):
