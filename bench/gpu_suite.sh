@@ -18,7 +18,7 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
 python3 bench/prebuild.py --cache-dir .cache/test-harness ${PREBUILD:-tests/fixtures/gpu/*.py tests/adversarial/gpu/*.py solutions/*/*.py} > "$OUT/prebuild.txt" 2>&1
 tail -1 "$OUT/prebuild.txt"
 # GPU_K narrows the tests (pytest -k) when one command's time limit cannot hold them all (~400 s on an H200)
-python3 -m pytest tests/test_gpu.py -q -rA -p no:cacheprovider -s ${GPU_K:+-k "$GPU_K"} > "$OUT/gpu_tests.txt" 2>&1
+HARNESS_FAILURE_LOG="$OUT/gpu_failures.txt" python3 -m pytest tests/test_gpu.py -q -rA -p no:cacheprovider -s ${GPU_K:+-k "$GPU_K"} > "$OUT/gpu_tests.txt" 2>&1
 echo "gpu tests: $(tail -1 "$OUT/gpu_tests.txt")  ($(( $(date +%s) - t0 ))s)"
 grep -E "^(PASSED|FAILED|ERROR)|speedup=" "$OUT/gpu_tests.txt" | cut -c1-200
 fi

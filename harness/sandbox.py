@@ -493,6 +493,11 @@ NR_IO_SETUP, NR_IO_URING_SETUP = 206, 425
 # keyctl (a helper's attack: a channel between evaluations that no file view covers, and keys that pile
 # up, one keyring per spent uid)
 NR_ADD_KEY, NR_REQUEST_KEY, NR_KEYCTL = 248, 249, 250
+# Nor inotify (inotify_init, inotify_init1): a watch on the harness's, torch's or the problems' folders
+# told a helper's attack when the reference started and what it imported, which no view hides (the
+# files must stay readable). Nothing a build or a forward runs needs it; fanotify needs privileges
+# a jail does not have.
+NR_INOTIFY_INIT, NR_INOTIFY_INIT1 = 253, 294
 CLONE_NEWUSER = 0x10000000
 X32_SYSCALL_BIT = 0x40000000
 
@@ -516,6 +521,8 @@ def _filter() -> bytes:
         (None, JEQ_K, NR_ADD_KEY, "eperm", None),
         (None, JEQ_K, NR_REQUEST_KEY, "eperm", None),
         (None, JEQ_K, NR_KEYCTL, "eperm", None),
+        (None, JEQ_K, NR_INOTIFY_INIT, "eperm", None),
+        (None, JEQ_K, NR_INOTIFY_INIT1, "eperm", None),
         (None, JEQ_K, NR_CLONE, "flags", None),
         (None, JEQ_K, NR_UNSHARE, None, "allow"),
         ("flags", LD_W_ABS, 16, None, None),               # args[0], low half: the flags
@@ -564,7 +571,7 @@ def protections(jailed: bool) -> list[str]:
             out.append("frozen_while_other_timed")
         import platform
         if platform.machine() == "x86_64":
-            out += ["no_user_namespaces", "no_async_io", "no_keyrings"]
+            out += ["no_user_namespaces", "no_async_io", "no_keyrings", "no_inotify"]
     return out
 
 

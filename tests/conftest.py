@@ -178,3 +178,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or item.name.startswith(SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report):
+    """With HARNESS_FAILURE_LOG set (bench/gpu_suite.sh), each failure's detail is written as it
+    happens: a device call's time limit can kill pytest before its summary, and with it the reason
+    a GPU test failed."""
+    path = os.environ.get("HARNESS_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a") as fh:
+            fh.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-20000:]}\n")

@@ -494,17 +494,19 @@ def test_every_lane_asking_at_once_gets_the_same_answer_about_the_view(monkeypat
     assert len(got) == 6 and all(g == got[0] for g in got), got
 
 
-def test_a_jailed_solution_cannot_leave_keys_in_the_kernels_keyrings(open_dir):
-    """keyring_channel.py answers wrongly where add_key ran: as root, unjailed, it does (incorrect);
-    jailed, the seccomp filter refuses it (passed), and the record says so."""
+@pytest.mark.parametrize("attack, protection", [("keyring_channel.py", "no_keyrings"), ("watch_files.py", "no_inotify")])
+def test_a_jailed_solution_cannot_leave_keys_in_the_kernels_keyrings_or_watch_files(open_dir, attack, protection):
+    """keyring_channel.py answers wrongly where add_key ran, watch_files.py where it could watch a
+    folder with inotify: as root, unjailed, both do (incorrect); jailed, the seccomp filter refuses
+    them (passed), and the record says so."""
     import platform
     if platform.machine() != "x86_64":
         pytest.skip("the filter's syscall numbers are x86-64's")
     prob = _problem_copy(open_dir)
-    r = _evaluate(ATTACKS / "keyring_channel.py", prob, open_dir / "cache", "off")
+    r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "off")
     assert r.status.value == "incorrect", (r.error, r.log_tail)
-    r = _evaluate(ATTACKS / "keyring_channel.py", prob, open_dir / "cache", "on")
-    assert "no_keyrings" in r.protections
+    r = _evaluate(ATTACKS / attack, prob, open_dir / "cache", "on")
+    assert protection in r.protections
     assert r.status.value == "passed", (r.error, r.log_tail)
 
 

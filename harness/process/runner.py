@@ -474,6 +474,10 @@ def _out_meta(torch, obj) -> list[dict]:
         return [m for o in obj for m in _out_meta(torch, o)]
     t = type(obj)
     meta = {"type": f"{t.__module__}.{t.__qualname__}"}
+    if t is not torch.Tensor and meta["type"] == "torch.Tensor":
+        # a class may name itself anything: a subclass declared as torch.Tensor read as the real one
+        # and passed at 17.6x, its work done lazily when the harness touched the output (a helper's attack)
+        meta["type"] = f"a subclass named torch.Tensor ({t!r})"
     if isinstance(obj, torch.Tensor):
         meta.update(device=obj.device.type, dtype=str(obj.dtype), shape=list(obj.shape))
     return [meta]

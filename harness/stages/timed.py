@@ -183,7 +183,8 @@ class PairTimer:
                 break
             if m2.mismatched_calls:
                 raise stale_outputs(m2.mismatched_calls)
-            if "malformed_report" in m2.flags or "unfreezable" in m2.flags or m2.restart_candidate:
+            if "malformed_report" in m2.flags or "unfreezable" in m2.flags or "tensor_subclass" in m2.flags \
+                    or m2.restart_candidate:
                 _sound(m2, c)  # a measurement no check flags is adopted: it must be one to report at all
             cheats = clock_checks(m2, cfg, cuda, again) or (
                 [] if len(m2.cand.times) >= 2 and len(m2.ref.times) >= 2 else list(seen))
@@ -216,6 +217,9 @@ def _sound(m: Measurement, c: Worker) -> None:
                       log=c.log_tail())
     if "malformed_report" in m.flags:
         raise Failure(Status.runtime_error, "timing report does not match the calls made", ["malformed_report"])
+    if "tensor_subclass" in m.flags:
+        raise Failure(Status.rejected, "a timed call's output is not exactly torch.Tensor (a subclass)",
+                      ["tensor_subclass"], log=c.log_tail())
     if "unfreezable" in m.flags:
         raise Failure(Status.rejected, "the solution's processes could not be stopped while the reference was "
                       "timed (still busy in the kernel after the freeze's wait)", ["unfreezable"], log=c.log_tail())

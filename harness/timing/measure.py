@@ -348,6 +348,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
             m.flags.append("malformed_report")
             break
+        if "tensor_subclass" in c_reply.flags:  # its timed outputs were not plain tensors: nothing to report
+            m.flags.append("tensor_subclass")
+            break
         _tally(m, c_reply, r_reply, tol)
         unkept += 1  # until the round is kept, below
         if _hold_dropped(m, r_reply):
