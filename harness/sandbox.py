@@ -454,13 +454,12 @@ def enter(jail: Jail) -> None:
     os.umask(0o002)  # what it creates in its solution's directory stays its group's (setgid dirs)
     from . import cgroups
     cgroups.join(jail.cgroups)  # while still root: its memory and processes capped, all it starts with it
+    if jail.own_pids and not _own_pids:
+        raise OSError("the jail says a PID namespace of its own, and this process was not born in one")
     if jail.views:
         # its groups become its cgroup namespace's root: /proc/self/cgroup named the harness's group,
         # harness-<the parent's pid> (a helper's attack)
         _unshare(CLONE_NEWCGROUP, "CLONE_NEWCGROUP")
-    if jail.own_pids and not _own_pids:
-        raise OSError("the jail says a PID namespace of its own, and this process was not born in one")
-    if jail.views:
         make_view(jail.writable, jail.hide_pids, jail.readable)
     become(jail.uid, jail.gid)
     import resource
@@ -645,9 +644,7 @@ def born_apart(on: bool = True):
     libc = ctypes.CDLL(None, use_errno=True)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if libc.unshare(CLONE_NEWPID) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"unshare(CLONE_NEWPID) failed: {os.strerror(err)}")
+        _unshare(CLONE_NEWPID, "CLONE_NEWPID")
         try:
             yield
         finally:

@@ -154,7 +154,7 @@ class Worker:
         self.groups: list[str] = []  # its jail's control groups (cgroups.py): frozen with it in pause()
         self.unfrozen = 0  # pauses after which its groups were still freezing at FREEZE_WAIT_S
         if setup is not None:
-            self._send_setup(Setup.model_validate(setup))
+            self._send_setup(setup)  # validated above
 
     def ready(self, timeout: float) -> bool:
         """A standby worker: wait until it has preloaded. False when it died or hung meanwhile."""
