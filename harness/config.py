@@ -122,7 +122,10 @@ class Hardening(_Section):
     gap_rel: float = 0.25
     wall_abs_ms: float = 0.05
     cpu_wall_abs_ms: float = 0.5
-    wall_rel: float = 0.5
+    wall_rel: float = 0.2
+    wall_overhead_share: float = 0.2
+    cpu_wall_rel: float = 0.4
+    cpu_wall_overhead_share: float = 0.2
     clock_check_confirmations: int = Field(2, ge=1)
 
 

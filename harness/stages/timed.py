@@ -201,7 +201,8 @@ class PairTimer:
         # a corpus is what the floor (hardening.wall_rel) can be set from
         stands = again if measurements > 1 else first
         if "wall_unexplained_ms" in stands:
-            note["wall_check"] = {k: stands[k] for k in ("wall_unexplained_ms", "wall_floor_ms", "cand_median_ms")}
+            note["wall_check"] = {k: v for k, v in stands.items()
+                                  if k.startswith("wall_") or k in ("cand_median_ms", "rounds_compared")}
         if cheats:
             self.ctx.res.timing_method.update(check_notes({pair: note}))
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
