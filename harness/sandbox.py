@@ -293,6 +293,52 @@ def _kept_group(folder: Path, name: str) -> int:
     return int(read_regular(path).strip())
 
 
+ROOT_PREFIX = "harness-jails-"
+OWNER_FILE = ".owner"  # locked (flock) by the harness process whose jails live under the folder
+ABANDONED_AFTER_S = 60.0
+
+
+def _own(root: Path) -> int:
+    """Lock `root` as this process's for its life: the open descriptor holds the flock, and the
+    kernel lets go of it when the process ends, however it ends."""
+    import fcntl
+    fd = os.open(root / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def sweep_abandoned_roots(tmp: Optional[Path] = None) -> list[Path]:
+    """Remove the jail folders of harness processes that ended without their exit handler (killed,
+    crashed): an unlocked owner file, or, made before owner files, an empty folder. A batch killed
+    a thousand times left a thousand folders, each with the homes of its last jails. A folder under
+    a minute old is left alone (its owner may not have locked it yet). Returns those removed."""
+    import fcntl
+    import time
+    removed = []
+    for d in Path(tmp or tempfile.gettempdir()).glob(ROOT_PREFIX + "*"):
+        try:
+            st = d.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or time.time() - st.st_mtime < ABANDONED_AFTER_S:
+                continue
+            fd = os.open(d / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only where empty
+                removed.append(d)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its owner lives
+        finally:
+            os.close(fd)
+        remove_tree(d)
+        removed.append(d)
+    return removed
+
+
 class Jails:
     """The parent's hand-out of uids and homes: one `Jail` per process that runs solution code."""
 
@@ -301,6 +347,7 @@ class Jails:
         self._live: set[int] = set()
         self._groups: dict[str, int] = {}  # a solution's build folder -> its group, for this parent's life
         self._base: Optional[Path] = None
+        self._owner: Optional[int] = None  # the descriptor that holds _base's owner lock
         self._off: set[int] = set()  # CPUs no jail may run on (keep_off)
         self._reads: set[str] = set()  # build caches, besides what every jail reads (reads)
 
@@ -342,8 +389,12 @@ class Jails:
 
     def _root(self) -> Path:
         if self._base is None or not self._base.exists():
-            self._base = Path(tempfile.mkdtemp(prefix="harness-jails-"))
+            if self._owner is not None:
+                os.close(self._owner)
+            sweep_abandoned_roots()
+            self._base = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
             os.chmod(self._base, 0o711)  # homes reachable by their owner only, not listable
+            self._owner = _own(self._base)
             import atexit
             atexit.register(remove_tree, self._base)
         return self._base

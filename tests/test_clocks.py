@@ -72,7 +72,7 @@ def test_clock_checks_cpu_floor():
 
 def test_the_gpu_floor_is_a_share_of_the_whole_per_call_wall():
     """Honest walls of two processes differ by a share of the whole per-call wall (the forward's and
-    the harness's overhead): 7% at most on KernelBench identities on an H200. A report scaled by 1.35
+    the harness's overhead): a tenth at most on KernelBench identities on an H200. A report scaled by 1.35
     on a 20 ms forward hides 5 ms a call, under the former floor of half the median call (7.4 ms)
     and over a fifth of the median call plus a fifth of the overhead (3.2 ms):
     tests/adversarial/gpu/timer_scaled_third.py."""
@@ -80,7 +80,7 @@ def test_the_gpu_floor_is_a_share_of_the_whole_per_call_wall():
     over = 1.1  # ms a call of the harness's own: inputs, flush, fingerprint
     ref_rounds = [(10 * (20.0 + over), 10 * 20.0, 10, True, 0.0)] * 10
     t = 20.0 / 1.35
-    honest_offset = 0.07 * (t + over)
+    honest_offset = 0.105 * (t + over)  # level2/44 on an H200, the largest seen
     honest = _measure([(10 * (t + over + honest_offset), 10 * t, 10, True, 0.0)] * 10, ref_rounds, [t] * 100, [20.0] * 100)
     assert clock_checks(honest, cfg, cuda=True) == []
     detail: dict = {}

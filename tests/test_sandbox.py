@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_config
 
+from harness import sandbox
 from harness.sandbox import available
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")
@@ -102,7 +103,7 @@ def test_a_jailed_build_and_candidate_pass_and_leave_nothing_behind(open_dir):
             st = os.stat(name)
             assert st.st_uid == 0 and st.st_gid == JAILS.group(ext), name
             assert not st.st_mode & 0o007, name  # nothing for other solutions, not even reading
-    assert JAILS._base is None or not any(JAILS._base.iterdir())
+    assert JAILS._base is None or [p.name for p in JAILS._base.iterdir()] == [sandbox.OWNER_FILE]
 
 
 def test_required_where_unavailable_refuses_to_run(monkeypatch):
@@ -769,3 +770,62 @@ def test_without_pid_namespaces_the_view_stays_and_a_required_sandbox_refuses(mo
     with pytest.raises(sb.SandboxUnavailable, match="PID namespace"):
         sb.wanted("on", "cpu", str(cache))
     assert sb.wanted("auto", "cpu", str(cache))
+
+
+def test_the_jail_folders_of_a_killed_harness_are_removed_by_the_next_one(tmp_path, monkeypatch):
+    """A harness process killed before its exit handler leaves its jails' folder behind (306 of them
+    in /tmp on the development VM after a day of killed test runs). The next one removes those whose
+    owner lock nobody holds, and leaves a live process's, a young one and a non-empty one of before
+    owner locks."""
+    import fcntl
+    import subprocess
+    import sys
+
+    old = 10 * sandbox.ABANDONED_AFTER_S
+
+    def folder(name: str, owner: bool, age: float, content: bool = True) -> Path:
+        d = tmp_path / (sandbox.ROOT_PREFIX + name)
+        d.mkdir()
+        if owner:
+            (d / sandbox.OWNER_FILE).touch()
+        if content:
+            (d / "12345" / "tmp").mkdir(parents=True)
+            (d / "12345" / "tmp" / "left.bin").write_bytes(b"x" * 100)
+        t = os.path.getmtime(d) - age
+        os.utime(d, (t, t))
+        return d
+
+    killed = folder("killed", owner=True, age=old)
+    legacy_empty = folder("legacy", owner=False, age=old, content=False)
+    legacy_full = folder("legacyfull", owner=False, age=old)
+    young = folder("young", owner=True, age=0)
+    live = folder("live", owner=True, age=old)
+    # its owner: another process holding the lock, as a running harness does
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(live / sandbox.OWNER_FILE)!r}, os.O_WRONLY)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        removed = sandbox.sweep_abandoned_roots(tmp_path)
+        assert sorted(removed) == sorted([killed, legacy_empty])
+        assert not killed.exists() and not legacy_empty.exists()
+        assert live.exists() and young.exists() and legacy_full.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    fd = os.open(young / sandbox.OWNER_FILE, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # unheld, and left alone only for its age
+    os.close(fd)
+    # its owner gone, the kernel let go of the lock: the next harness's first jail folder sweeps it,
+    # and holds its own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    jails = sandbox.Jails()
+    mine = jails._root()
+    assert not live.exists() and mine.parent == tmp_path
+    fd = os.open(mine / sandbox.OWNER_FILE, os.O_RDONLY)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
+    os.utime(mine, (0, 0))
+    assert sandbox.sweep_abandoned_roots(tmp_path) == []

@@ -83,7 +83,7 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
         unexplained = max(min(over_c) - low_r, statistics.median(over_c) - statistics.median(over_r))
         # Two processes' walls for the same work differ by a share of the whole per-call wall, the
         # forward's and the harness's own overhead (input generation, flush, fingerprint) together:
-        # honest identities on an H200 reached 7% of it (bench/results/clock-checks.md). On the
+        # honest identities on an H200 reached a tenth of it (bench/results/clock-checks.md). On the
         # CPU the overhead is host work, and on a loaded host it differs by tenths of a millisecond
         floor = (max(h.wall_abs_ms, h.wall_rel * med_c + h.wall_overhead_share * low_r) if cuda else
                  max(h.cpu_wall_abs_ms, h.cpu_wall_rel * med_c + h.cpu_wall_overhead_share * low_r))
