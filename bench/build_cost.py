@@ -5,12 +5,13 @@ torch writes the extension's build files (its `_run_ninja_build` replaced, so no
 there); each compile step of `build.ninja` is then run by hand and its CPU seconds (user + system,
 the compiler's children included) read from getrusage: `main.o` (g++ on the generated main.cpp,
 which includes <torch/extension.h>) and `cuda.cuda.o` (nvcc on the .cu), nvcc's phases from its own
-`--time` report. With `--pch`, a precompiled header is built from the main.o command (its extension
+`--time` report. With `--light`, cuda.cuda.o again with the light <torch/extension.h> nvcc gets in a
+build's first try (harness/light_header.py). With `--pch`, a precompiled header is built from the main.o command (its extension
 name left out, so any extension's main.cpp can use it) into `<dir>/torch/extension.h.gch/`, and
 main.o compiled again with CPATH pointing there: gcc looks for `X.gch` in each include directory
 before X, and falls back to the header where a PCH does not fit the flags (`-Winvalid-pch` says so).
 
-    python bench/build_cost.py [--runs 2] [--pch] [--extra-cflags=-O3] [--arch 9.0]
+    python bench/build_cost.py [--runs 2] [--pch] [--light] [--extra-cflags=-O3] [--arch 9.0]
 
 Prints a table; writes nothing outside a temporary folder. Needs nvcc and torch's headers (a CPU
 build of torch has them), not a GPU."""
@@ -70,6 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--pch", action="store_true", help="also main.o with a precompiled <torch/extension.h>")
+    ap.add_argument("--light", action="store_true",
+                    help="also cuda.cuda.o with the light <torch/extension.h> (harness/light_header.py)")
     ap.add_argument("--extra-cflags", default="", help="the extension's extra_cflags, space-separated")
     ap.add_argument("--extra-cuda-cflags", default="")
     ap.add_argument("--arch", default=os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"))
@@ -93,6 +96,10 @@ def main() -> int:
                     except (IndexError, ValueError):
                         continue  # the header
                     phases.setdefault(rec[1].strip(), []).append(ms / 1e3)
+        if a.light:
+            from harness.light_header import env as light_env
+            rows["cuda.cuda.o with the light header"] = [
+                cpu_run(cuda_cmd, work, {**os.environ, **light_env()})[0] for _ in range(a.runs)]
         if a.pch:
             import torch.utils.cpp_extension as ce
             from harness.pch import header_command

@@ -222,15 +222,17 @@ def remember_build(ext_dir: Path, reply: CompileReply, log: str) -> None:
 
 def compile_solution(module_path: Path, ext_dir: Path, device: str, timeout: float,
                      extra_env: Optional[dict[str, str]] = None, jailed: bool = False,
-                     memory_bytes: Optional[int] = None) -> tuple[Optional[CompileReply], Optional[str], str]:
+                     memory_bytes: Optional[int] = None, light: bool = False
+                     ) -> tuple[Optional[CompileReply], Optional[str], str]:
     """Returns (reply, failure, log_tail). failure is 'timeout' or 'died: ...' when no reply came."""
-    return build_child(module_path, ext_dir, device, timeout, extra_env, jailed=jailed, memory_bytes=memory_bytes)[:3]
+    return build_child(module_path, ext_dir, device, timeout, extra_env, jailed=jailed, memory_bytes=memory_bytes,
+                       light=light)[:3]
 
 
 def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
                 extra_env: Optional[dict[str, str]] = None, *, idle: bool = False,
                 cpus: Optional[set[int]] = None, lender: Optional[Lender] = None,
-                jailed: bool = False, memory_bytes: Optional[int] = None
+                jailed: bool = False, memory_bytes: Optional[int] = None, light: bool = False
                 ) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
     """The build, in an isolated child: (reply, failure, log_tail, cpu_seconds). `idle`: a batch's
     build, at the lowest priority (so that it never slows an evaluation beside it) and with the CPU
@@ -238,10 +240,39 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
     None. `cpus`: where the child and its compilers may run (cpus.py); `lender`: and the timing
     CPUs it lends while nothing is timed. `jailed`: the child runs the solution as a uid of its own
     (sandbox.py), writing only its extension directory, its memory capped at `memory_bytes` (None:
-    the jail's default)."""
+    the jail's default). `light`: nvcc's first try with the light <torch/extension.h>
+    (light_header.py), and where the compiler refuses it, the build again with torch's own."""
     known = remembered_failure(ext_dir) or remembered_build(ext_dir)
     if known is not None:
         return known[0], None, known[1], 0.0
+    run = functools.partial(_build_once, module_path, ext_dir, device, timeout, idle=idle, cpus=cpus,
+                            lender=lender, jailed=jailed, memory_bytes=memory_bytes)
+    light_cpu = None
+    if light:
+        from . import light_header
+        reply, failure, log, cpu = run({**(extra_env or {}), **light_header.env()})
+        if failure is None and reply is not None and reply.ok:
+            reply.light_header = True
+            remember_build(ext_dir, reply, log)
+            return reply, failure, log, cpu
+        if failure is not None or reply is None or not _deterministic(reply):
+            return reply, failure, log, cpu  # a timeout, a death, an import error: as without it
+        light_cpu = cpu  # the compiler refused it: built again as torch gives it
+    reply, failure, log, cpu = run(extra_env)
+    if reply is not None:
+        if light:
+            reply.light_header = False
+        remember_failure(ext_dir, reply, log)
+        remember_build(ext_dir, reply, log)
+    if light_cpu is not None and cpu is not None:
+        cpu += light_cpu
+    return reply, failure, log, cpu
+
+
+def _build_once(module_path: Path, ext_dir: Path, device: str, timeout: float, extra_env: Optional[dict[str, str]],
+                *, idle: bool, cpus: Optional[set[int]], lender: Optional[Lender], jailed: bool,
+                memory_bytes: Optional[int]) -> tuple[Optional[CompileReply], Optional[str], str, Optional[float]]:
+    """One build child, start to end; what it built or failed to is not remembered here."""
     from .sandbox import JAILS, open_to
     jail = JAILS.make(ext_dir, module_path, memory_bytes) if jailed else None
     setup = Setup(role="compile", solution_path=jail.solution_path if jail else str(module_path), device=device,
@@ -258,8 +289,6 @@ def build_child(module_path: Path, ext_dir: Path, device: str, timeout: float,
         try:
             line = w.wait_json(timeout)
             reply, log = CompileReply.model_validate_json(line), w.log_tail()
-            remember_failure(ext_dir, reply, log)
-            remember_build(ext_dir, reply, log)
             return reply, None, log, _reap_cpu(w.proc.pid) if idle else None
         except WorkerTimeout:
             w.kill()

@@ -124,8 +124,8 @@ class Hardening(_Section):
     cpu_wall_abs_ms: float = 0.5
     wall_rel: float = 0.2
     wall_overhead_share: float = 0.2
-    cpu_wall_rel: float = 0.4
-    cpu_wall_overhead_share: float = 0.2
+    cpu_wall_rel: float = 0.2
+    cpu_wall_overhead_share: float = 0.1
     clock_check_confirmations: int = Field(2, ge=1)
 
 
@@ -145,6 +145,7 @@ class Batch(_Section):
     cpu_concurrent_evaluations: int = Field(1, ge=1)
     lend_timing_cpus: bool = True
     precompiled_header: bool = False
+    light_cuda_header: bool = False
 
 
 class Memory(_Section):

@@ -90,6 +90,22 @@ def test_the_gpu_floor_is_a_share_of_the_whole_per_call_wall():
     assert detail["wall_floor_ms"] < 20.0 - t < 0.5 * t
 
 
+def test_the_cpu_floor_catches_a_report_scaled_by_one_and_a_half_on_a_forward_that_dominates():
+    """A helper's attack (session 42): linear_relu at full size on a CPU, about 5 ms a call with 1.3 ms
+    of the harness's own overhead, reported 1.5x faster. It passed twice under the former CPU floor
+    (0.4 x the median call + 0.2 x the overhead: 1.65 ms against 1.2-1.5 ms unexplained); the
+    largest honest margin the helper saw on that problem was below zero."""
+    cfg = load_config()
+    over, t, seen = 1.3, 5.2, 1.2  # ms a call: overhead, true forward, unexplained as the helper saw it
+    ref_rounds = [(10 * (t + over), 10 * t, 10, True, 0.0)] * 10
+    rep = t / 1.5
+    scaled = _measure([(10 * (rep + over + seen), 10 * rep, 10, True, 0.0)] * 10, ref_rounds, [rep] * 100, [t] * 100)
+    detail: dict = {}
+    assert clock_checks(scaled, cfg, cuda=False, detail=detail) == ["timer_mismatch"]
+    assert detail["wall_floor_ms"] == pytest.approx(0.2 * rep + 0.1 * over, abs=1e-3)
+    assert detail["wall_floor_ms"] < seen < 0.4 * rep + 0.2 * over
+
+
 def test_reported_time_beyond_the_parents_wall_clock_is_impossible():
     cfg = load_config()
     rounds = [(10.0, 10 * 0.5, 10)] * 6

@@ -222,11 +222,13 @@ def compile_item(task: CompileTask, lender: Optional[Lender] = None) -> CompileO
             module = source_file(sol.code, sol.path, cache, sol.extracted)
         ext = extensions_dir(sol.code, task.device, cache)
         # at idle priority, so that a build never slows an evaluation beside it, with its CPU seconds
+        from ..light_header import first_try
         from ..sandbox import memory_cap, wanted
         reply, failure, log, cpu = build_child(module, ext, task.device, cfg.timeouts.compile_s, task.env,
                                                idle=True, cpus=task.cpus, lender=lender,
                                                jailed=wanted(cfg.hardening.sandbox, task.device, cfg.cache_dir),
-                                               memory_bytes=memory_cap(cfg.hardening.jail_memory_gb))
+                                               memory_bytes=memory_cap(cfg.hardening.jail_memory_gb),
+                                               light=first_try(cfg, task.device, sol.code))
         out.cpu_s = cpu
         built_ok = failure is None and reply is not None and reply.ok
         retry = task.retry_import_on_device and (

@@ -23,6 +23,9 @@ class CompileReply(BaseModel):
     extensions: list[str] = Field(default_factory=list)
     kernel_names: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    # set by the parent (build.build_child): built with the light <torch/extension.h> for nvcc
+    # (light_header.py), or tried with it and built again with torch's own (False); None: not tried
+    light_header: Optional[bool] = None
 
 
 class _Strict(BaseModel):

@@ -136,6 +136,9 @@ class EvalResult(BaseModel):
     trials: list[TrialCheck] = Field(default_factory=list)
     # what held the solution's code (sandbox.protections): "own_uid" where it ran as a uid of its own
     protections: list[str] = Field(default_factory=list)
+    # its .cu built by nvcc with the light <torch/extension.h> (harness/light_header.py), or tried
+    # with it and built with torch's own header (False); None: not tried
+    light_cuda_header: Optional[bool] = None
     error: Optional[str] = None
     log_tail: Optional[str] = None
     env: Optional[EnvInfo] = None

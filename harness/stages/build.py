@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..build import builds_extensions, compile_solution, extensions_dir, source_file
+from ..light_header import first_try
 from ..pyast import parse
 from ..records.messages import CompileReply
 from ..records.result import Status
@@ -37,7 +38,8 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
     elif builds_extensions(sol.code):
         from ..sandbox import memory_cap
         creply, failure, log = compile_solution(module, ext, ctx.device, cfg.timeouts.compile_s, ctx.env_extra,
-                                                  jailed=ctx.jailed, memory_bytes=memory_cap(cfg.hardening.jail_memory_gb))
+                                                  jailed=ctx.jailed, memory_bytes=memory_cap(cfg.hardening.jail_memory_gb),
+                                                  light=first_try(cfg, ctx.device, sol.code))
     else:  # nothing to build: parse here (no execution); the candidate's import reports the rest
         creply, failure, log = parse_only(sol.code, str(module)), None, ""
     ctx.phases.compile_s = time.perf_counter() - t0
@@ -53,6 +55,7 @@ def build(ctx: Context, source: Source, prebuilt: Optional[Prebuilt]) -> Built:
         # what to do first: tables and reports clip a long error at its end
         raise Failure(Status.unsupported, f"needs a CUDA device, and this evaluation runs on the CPU: run it "
                                           f"on a GPU machine with --device cuda ({creply.error})", log=log)
+    ctx.res.light_cuda_header = creply.light_header if creply is not None else None
     if not creply.ok:
         status = Status.runtime_error if creply.category == "import_error" else Status.compile_error
         raise Failure(status, creply.error, log=log)
