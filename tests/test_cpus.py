@@ -231,3 +231,30 @@ def test_a_quiet_measurement_stops_every_build_process_and_starts_them_again(mon
             p.kill()
             p.wait()
         os.kill(grandchild, 9)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one for the reference, one for the rest")
+def test_a_reference_slowed_by_the_hosts_other_processes_is_flagged():
+    """On the CPU path the reference is timed on CPUs no jail may use, but the host's other
+    processes may: a busy loop there slowed the reference of an honest-speed solution and gave it
+    2.7x on a 2-core machine (bench/results/clock-checks.md). The reference's waits for a CPU over
+    its timed rounds are recorded (`ref_waited_frac`) and past `timing.max_reference_wait_frac`
+    flagged `reference_contended`."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, make_config
+
+    from harness import cpus
+    from harness.evaluation import evaluate
+
+    ref_cpu = max(cpus.cpu_path_split(1)[1])
+    burner = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{ref_cpu}}})\nwhile True: pass"])
+    try:
+        r = evaluate(ROOT / "tests/fixtures/cpu/honest_linear_torch.py", ROOT / "tests/problems/linear_relu.py",
+                     make_config(device="cpu", size="full", **{"timing.max_reference_wait_frac": 0.1}))
+    finally:
+        burner.kill()
+        burner.wait()
+    assert r.status.value == "passed", (r.status, r.error)
+    assert r.timing_method["ref_waited_frac"] > 0.1 and "reference_contended" in r.flags, (r.timing_method, r.flags)

@@ -273,6 +273,11 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         ctx.res.timing_method["compile_baseline_error"] = ctx.compile_error[:500]
     if not ctx.cuda:
         ctx.res.timing_method["cpus_held"] = timer.cpus_held
+    if m.ref_wall_ms > 0:  # the reference slowed by the host's other processes: speedups inflated
+        waited = m.ref_waited_ms / m.ref_wall_ms
+        ctx.res.timing_method["ref_waited_frac"] = round(waited, 4)
+        if waited > cfg.timing.max_reference_wait_frac:
+            ctx.flag("reference_contended")
     if m.cand_cpus:  # CPU path, jailed: the candidate's CPUs at once, against the reference's cpu_threads
         used = statistics.median(m.cand_cpus)
         ctx.res.timing_method["cand_cpus_median"] = round(used, 2)

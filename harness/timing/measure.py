@@ -97,6 +97,11 @@ class Measurement:
     # CPU path, jailed: the CPU time the candidate's whole jail used per second of each kept round's
     # wall (its threads and processes: more than timing.cpu_threads is more than the reference gets)
     cand_cpus: list[float] = field(default_factory=list)
+    # the reference's kept rounds: how long its main thread waited for a CPU, and their walls (ms).
+    # Its CPU is kept free of jails, not of the host's other processes: a busy one on it inflated a
+    # CPU-path speedup 2.7x (bench/results/clock-checks.md)
+    ref_waited_ms: float = 0.0
+    ref_wall_ms: float = 0.0
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
@@ -326,10 +331,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
             break
         try:
-            p0 = rq(ref)
+            p0 = runqueue_wait_ns(ref)
             r_reply, r_wall = ref.request(cmd, ref_timeout)
             _note_cpu(m, "reference", ref, cuda)
-            s2, p1 = snap(), rq(ref)
+            s2, p1 = snap(), runqueue_wait_ns(ref)
             if with_compiled:
                 k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
                                          ref_timeout + (600 if warm else 0))
@@ -378,6 +383,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         # hidden time on that side.
         quiet_c = not (cuda and _contended(q0, q1, c_wall, t.max_runqueue_frac))
         quiet_r = not (cuda and _contended(p0, p1, r_wall, t.max_runqueue_frac))
+        if not st_r["slow"] and p0 is not None and p1 is not None:
+            m.ref_waited_ms += (p1 - p0) / 1e6
+            m.ref_wall_ms += r_wall * 1e3
         m.contended_rounds += (not quiet_c) + (not quiet_r)
         if not st_c["slow"]:
             m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
@@ -443,6 +451,8 @@ def pooled(ms: list[Measurement]) -> Measurement:
         out.retaken += m.retaken
         out.flags += [f for f in m.flags if f not in out.flags]
         out.cand_cpus += m.cand_cpus
+        out.ref_waited_ms += m.ref_waited_ms
+        out.ref_wall_ms += m.ref_wall_ms
         for k, v in m.host_steal_ms.items():
             out.host_steal_ms[k] = round(out.host_steal_ms.get(k, 0.0) + v, 1)
         for side, seen in m.host_cpus.items():
