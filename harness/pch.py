@@ -71,6 +71,8 @@ def compile_commands(work: Path, **load_inline_kw) -> dict[str, list[str]]:
     import torch.utils.cpp_extension as ce
     ce._run_ninja_build = lambda *a, **k: None
     ce._import_module_from_library = lambda *a, **k: None
+    if ce.CUDA_HOME is None and shutil.which("nvcc"):  # a CPU build of torch: nvcc's own installation
+        ce.CUDA_HOME = str(Path(shutil.which("nvcc")).resolve().parent.parent)
     ce.load_inline(build_directory=str(work), **load_inline_kw)
     out = subprocess.run(["ninja", "-C", str(work), "-t", "commands"], capture_output=True, text=True,
                          check=True).stdout
