@@ -145,8 +145,13 @@ class Batch(_Section):
     quiet_max_s: float = 10.0
     cpu_concurrent_evaluations: int = Field(1, ge=1)
     lend_timing_cpus: bool = True
-    precompiled_header: bool = False
-    light_cuda_header: bool = False
+    # "auto": on for a GPU's batches, whose builds are many and CUDA's; off on the CPU path, whose
+    # builds are few and whose timing shares the cores with the header's own build
+    precompiled_header: Union[bool, Literal["auto"]] = "auto"
+    light_cuda_header: bool = True
+
+    def pch_for(self, device: str) -> bool:
+        return device == "cuda" if self.precompiled_header == "auto" else bool(self.precompiled_header)
 
 
 class Memory(_Section):

@@ -72,7 +72,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)
-    if cfg.batch.precompiled_header:  # builds through harness/pch_cxx.py (a batch has started it already)
+    if cfg.batch.pch_for(ctx.device):  # builds through harness/pch_cxx.py (a batch has started it already)
         from . import pch
         pch.enable(Path(cfg.cache_dir))
     if ctx.jailed:  # no jail on the CPUs references are timed on (a batch has kept them off already)

@@ -154,3 +154,13 @@ def test_the_cache_is_the_users_not_the_current_folders(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "mine"))
     assert load_config().cache_dir == str(tmp_path / "mine")
     assert load_config(None, {"cache_dir": "elsewhere"}).cache_dir == "elsewhere"  # the config's own wins
+
+
+def test_the_precompiled_header_is_on_by_default_for_a_gpus_batches_only():
+    """`[batch] precompiled_header = "auto"`: a GPU's batches build many CUDA extensions, the CPU path
+    few, and there the header's own build would share the cores with timing; true or false as said."""
+    from harness.config import load_config
+    assert load_config().batch.pch_for("cuda") and not load_config().batch.pch_for("cpu")
+    for value in (True, False):
+        b = load_config(None, {"batch.precompiled_header": value}).batch
+        assert b.pch_for("cuda") is value and b.pch_for("cpu") is value

@@ -268,7 +268,7 @@ def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wor
                                gpu_gb=cfg.memory.gpu_gb)
         return executor, None, {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": str(jobs)}
     from ..sandbox import keep_off_references
-    if cfg.batch.precompiled_header:  # before any build or standby takes its environment
+    if cfg.batch.pch_for(device):  # before any build or standby takes its environment
         from .. import pch
         pch.start(Path(cfg.cache_dir), device)
     background, lender = None, None
