@@ -89,6 +89,8 @@ class Timing(_Section):
     throttle_ratio: float = Field(0.75, ge=0, le=1)
     max_runqueue_frac: float = Field(0.05, ge=0, le=1)
     max_reference_wait_frac: float = Field(0.1, ge=0, le=1)
+    cpu_served_inputs: bool = True
+    served_inputs_max_mb: float = Field(1024.0, gt=0)
     min_rounds: int = Field(5, ge=1)
     # the process-bias model (timing.process_bias_us, processes_for): configs/advanced.toml says
     # what each term is and where its value was measured

@@ -119,7 +119,8 @@ def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.Data
         row = {"label": label, "problems": n, "attempted": mine.problem.nunique() - unsupported,
                "unsupported_problems": unsupported, "solved": int(len(b)), "solutions": len(mine)}
         row.update({s: int(counts.loc[label, s]) for s in STATUS_ORDER})
-        row.update({fast_col(p): (float((b > p).sum()) / n if n else 0.0) for p in FAST_P})
+        # no problem it could be scored on: no fraction at all, not 0
+        row.update({fast_col(p): (float((b > p).sum()) / n if n else None) for p in FAST_P})
         row["geomean_speedup"] = float(math.exp(passed_sp.map(math.log).mean())) if len(passed_sp) else None
         rows.append(row)
     return pd.DataFrame(rows)

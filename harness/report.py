@@ -16,7 +16,8 @@ def clip(text: str, n: int) -> str:
     if len(text) <= n:
         return text
     cut = text[:n].rsplit(" ", 1)[0]
-    return (cut if len(cut) > n // 2 else text[:n]) + " …"
+    cut = cut if len(cut) > n // 2 else text[:n]
+    return cut + " …" + ")" * max(0, cut.count("(") - cut.count(")"))  # what it opened, closed
 
 
 def _ms(x):

@@ -350,6 +350,8 @@ class Jails:
         self._owner: Optional[int] = None  # the descriptor that holds _base's owner lock
         self._off: set[int] = set()  # CPUs no jail may run on (keep_off)
         self._reads: set[str] = set()  # build caches, besides what every jail reads (reads)
+        self._shared: Optional[Path] = None
+        self._shared_owner: Optional[int] = None
 
     def reads(self, path) -> None:
         """Every jail made from now on reads `path` (a build cache: its precompiled headers), even
@@ -399,6 +401,25 @@ class Jails:
             atexit.register(remove_tree, self._base)
         return self._base
 
+    def shared_folder(self) -> Path:
+        """Where the harness leaves files a jail may read by name only (a round's inputs, made by the
+        reference's process: timing.inputs): one folder per harness process, in memory (/dev/shm)
+        where there is one, 0711 (no jail may list it), its files the harness's (none may write
+        them), bound back read-only into every jail's view."""
+        with self._lock:
+            if self._shared is None or not self._shared.exists():
+                if self._shared_owner is not None:
+                    os.close(self._shared_owner)
+                shm = Path("/dev/shm")
+                tmp = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+                sweep_abandoned_roots(tmp)
+                self._shared = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX + "shared-", dir=tmp))
+                os.chmod(self._shared, 0o711)
+                self._shared_owner = _own(self._shared)
+                import atexit
+                atexit.register(remove_tree, self._shared)
+            return self._shared
+
     def make(self, ext_dir: Optional[Path], solution: Optional[Path], memory_bytes: Optional[int] = None) -> Jail:
         """A fresh uid, its home, and (given the solution's file) a copy of the solution it may read
         wherever the original lies; `ext_dir` (the solution's extensions) opened to its group; a
@@ -431,11 +452,12 @@ class Jails:
         if allowed:
             cgroups.confine(groups, allowed)
         view = views()
+        shared = str(self.shared_folder())
         return Jail(uid=uid, gid=gid, home=str(home), solution_path=str(copy) if copy else None, cgroups=groups,
                     views=view is not None, hide_pids=bool(view and view["hide_pids"]),
                     own_pids=bool(view and view["own_pids"]),
                     writable=[str(home), *([str(ext_dir)] if ext_dir is not None else [])],
-                    readable=sorted(self._reads | _read_by_every_jail()))
+                    readable=sorted(self._reads | _read_by_every_jail() | {shared}))
 
     def release(self, jail: Jail) -> None:
         kill_all(jail.uid)

@@ -183,7 +183,7 @@ def compiler_errors(text: str, limit: int = 40) -> str:
 # candidate / reference roles: the command loop around runner.Runner
 
 def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
-    from ..records.messages import (COMMAND, BuildReply, JudgeReply, KernelsReply, LintReply, LoadReply,
+    from ..records.messages import (COMMAND, BuildReply, InputsReply, JudgeReply, KernelsReply, LintReply, LoadReply,
                                     ProfilerReply, QuietReply, ReleaseReply, TimeReply, TrialsReply, failed)
 
     try:
@@ -220,6 +220,8 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
                 reply = LintReply(ok=True, **runner.lint(cmd))
             elif cmd.op == "time":
                 reply = TimeReply(ok=True, **runner.time(cmd))
+            elif cmd.op == "inputs" and runner.role == "reference":
+                reply = InputsReply(ok=True, **runner.serve_inputs(cmd))
             elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
                 reply = QuietReply(ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":

@@ -372,7 +372,15 @@ class Runner:
         from ..timing.loop import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           hold_us=cmd.hold_us, spans=cmd.spans,
-                          variant=cmd.variant, graph=cmd.cuda_graph)
+                          variant=cmd.variant, graph=cmd.cuda_graph, inputs_path=cmd.inputs_path)
+
+    def serve_inputs(self, cmd) -> dict:
+        """The reference's process only: a round's inputs for both sides (timing.inputs)."""
+        from ..timing.inputs import Unservable, write_round
+        try:
+            return write_round(self, cmd.seeds, cmd.path, cmd.max_bytes)
+        except Unservable as e:
+            return {"unservable": str(e)}
 
 
 class InterfaceError(Exception):

@@ -146,6 +146,18 @@ class TimeCommand(_Strict):
     variant: Literal["eager", "compiled"] = "eager"
     cuda_graph: bool = False
     spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.loop.call_work)
+    # the round's inputs, made by the reference's process (timing.inputs): None, each side makes its own
+    inputs_path: Optional[str] = None
+
+
+class InputsCommand(_Strict):
+    """To the reference's process: make inputs for `seeds`, in order, into a new file at `path`, until
+    it holds `max_bytes` (timing.inputs.write_round)."""
+
+    op: Literal["inputs"] = "inputs"
+    seeds: list[int]
+    path: str
+    max_bytes: int
 
 
 class LintCommand(_Strict):
@@ -183,7 +195,7 @@ class ExitCommand(_Strict):
     op: Literal["exit"] = "exit"
 
 
-Command = Annotated[Union[BuildCommand, TrialsCommand, JudgeCommand, ReleaseCommand, TimeCommand, LintCommand, QuietCommand, ProfilerCommand,
+Command = Annotated[Union[BuildCommand, TrialsCommand, JudgeCommand, ReleaseCommand, TimeCommand, InputsCommand, LintCommand, QuietCommand, ProfilerCommand,
                           KernelsCommand, ExitCommand], Field(discriminator="op")]
 COMMAND = TypeAdapter(Command)
 
@@ -306,12 +318,19 @@ class KernelsReply(Reply):
     profile_s: Optional[float] = None
 
 
+class InputsReply(Reply):
+    op: Literal["inputs"] = "inputs"
+    calls: int = 0  # the first `calls` seeds' inputs are in the file
+    bytes: int = 0
+    unservable: Optional[str] = None  # why not (timing.inputs.Unservable): each side makes its own
+
+
 AnyReply = Annotated[Union[LoadReply, StandbyReply, PrimeReply, BuildReply, TrialsReply, JudgeReply, ReleaseReply, TimeReply, LintReply,
-                           QuietReply, ProfilerReply, KernelsReply], Field(discriminator="op")]
+                           QuietReply, ProfilerReply, KernelsReply, InputsReply], Field(discriminator="op")]
 REPLY = TypeAdapter(AnyReply)
 REPLY_FOR = {cls.model_fields["op"].default: cls for cls in (LoadReply, StandbyReply, PrimeReply, BuildReply,
                                                             TrialsReply, JudgeReply, ReleaseReply, TimeReply, LintReply, QuietReply,
-                                                            ProfilerReply, KernelsReply)}
+                                                            ProfilerReply, KernelsReply, InputsReply)}
 
 
 def failed(op: str, error_kind: str, error: str) -> Reply:

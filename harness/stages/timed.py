@@ -204,7 +204,7 @@ class PairTimer:
             note["wall_check"] = {k: v for k, v in stands.items()
                                   if k.startswith("wall_") or k in ("cand_median_ms", "rounds_compared")}
         if cheats:
-            self.ctx.res.timing_method.update(check_notes({pair: note}))
+            self.ctx.res.timing_method.update(check_notes({pair: note}), inputs_made_by=m.inputs)
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
                           + ", ".join(seen), seen, log=c.log_tail())
         return m, note
@@ -374,6 +374,8 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "cand_timing_cpu": ctx.gate.cand_cpu if cuda else None,  # the candidate's
         "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": t.round_calls,
         "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
+        # who made the timed calls' inputs: the reference's process for both sides, or each its own
+        "inputs_made_by": m.inputs, **({"inputs_why_own": m.inputs_why} if m.inputs_why else {}),
         "target_rel_sem": t.target_rel_sem, "budget_s": t.budget_s,
         "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
         "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),

@@ -1,6 +1,7 @@
 """The child's timing loop (`time_calls`).
 
-One timed call per seed, each on fresh inputs generated from that seed in fresh buffers, L2 flushed
+One timed call per seed, each on fresh inputs generated from that seed in fresh buffers (on the CPU
+path, read from the round's file the reference's process made: inputs.py), L2 flushed
 before the call (outside the measured interval), CUDA events around the call, then a device-wide
 synchronize so work on any stream has finished before the output is fingerprinted. With kernel spans
 on, each call's GPU work as CUPTI recorded it (`call_work`, `span_of`) is timed too.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from .fingerprint import OutputPrints
 from .hold import PINNED, gpu_hold, persisting_l2_reset, pin
+from .inputs import RoundInputs
 from .monitor import GpuMonitor
 
 
@@ -172,7 +174,7 @@ def _subclassed(torch, out) -> bool:
 
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
                flush_method: str = "read", variant: str = "eager", graph: bool = False,
-               hold_us: float = 0.0, spans: bool = False) -> dict:
+               hold_us: float = 0.0, spans: bool = False, inputs_path: str | None = None) -> dict:
     """One timed call per seed (see the module's docstring): the time reply's lists, one entry per
     call, and the flags of what this process could not do as asked."""
     torch = runner.torch
@@ -197,6 +199,9 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
     start, end = (Event(enable_timing=True), Event(enable_timing=True)) if cuda else (None, None)
     rec, span_why = _span_recorder(runner, flags) if cuda and spans else (None, None)
     prints = OutputPrints(torch, npos, len(seeds), torch.cuda.mem_get_info()[0] if cuda else None)
+    served = RoundInputs(torch, inputs_path) if inputs_path else None
+    if served is not None and len(served) != len(seeds):
+        raise ValueError(f"the round's inputs hold {len(served)} calls for {len(seeds)} seeds")
     windows: list[tuple[int, int]] = []  # per call, CUPTI's clock (ns): from before the hold to after the sync
     shield = _shield(hold, hold_us, flush)
     report = {"times_ms": times, "host_ms": host, "enqueue_ms": enqueue, "launch_ms": launch,  # filled below
@@ -217,8 +222,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         if rec is not None:
             windows.append(_harness_window(rec, shield, sync))
         try:
-            for seed in seeds:
-                inputs = runner.make_inputs(seed)
+            for k, seed in enumerate(seeds):
+                inputs = served.take(k) if served is not None else runner.make_inputs(seed)
                 runner.seed_forward(seed)  # its outputs are compared with the reference's (OutputPrints)
                 if captured is not None:  # new values, copied into the graph's static buffers
                     for dst, src in zip(captured[2], inputs):
@@ -270,6 +275,8 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         finally:
             if rec is not None:
                 rec.stop()
+            if served is not None:
+                served.close()
         prints.flush()  # after the recording: its kernels are not the calls'
         if rec is not None and len(windows) == len(times) + 1:
             report["span_ms"], report["span_launches"] = _kernel_spans(rec, windows)

@@ -9,8 +9,10 @@ result are clocks.py's; the statistics, stats.py's.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -102,9 +104,53 @@ class Measurement:
     # CPU-path speedup 2.7x (bench/results/clock-checks.md)
     ref_waited_ms: float = 0.0
     ref_wall_ms: float = 0.0
+    # who made the timed rounds' inputs: "reference" (its process, for both sides: RoundFiles) or "own"
+    # (each side its own), and why not the reference's where it was asked and could not
+    inputs: str = "own"
+    inputs_why: Optional[str] = None
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
+
+
+class RoundFiles:
+    """The timed rounds' inputs, made by the reference's process before each round into a file both
+    sides read (timing/inputs.py), named at random here and told to each side only in its round's
+    command; removed after the round."""
+
+    def __init__(self, ref, timeout: float, t, on: bool):
+        self.ref, self.timeout, self.on = ref, timeout, on
+        self.max_bytes = int(t.served_inputs_max_mb * (1 << 20))
+        self.path: Optional[str] = None
+        self.served = 0  # rounds served
+        self.why: Optional[str] = None
+
+    def make(self, seeds: list[int]) -> tuple[list[int], Optional[str]]:
+        """The round's seeds (the first ones, as many as the file holds) and its file; or all the
+        seeds and None, each side making its own."""
+        from ..records.messages import InputsCommand
+        from ..sandbox import JAILS
+        self.drop()
+        if not self.on:
+            return seeds, None
+        path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
+        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
+        if not reply.ok:
+            raise RuntimeError(f"reference failed making a round's inputs: {reply.error}")
+        if reply.unservable:
+            self.on, self.why = False, reply.unservable
+            return seeds, None
+        self.path, self.served = path, self.served + 1
+        return seeds[:reply.calls], path
+
+    def drop(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self.path = None
+
+    def said(self) -> tuple[str, Optional[str]]:
+        return ("reference" if self.served and self.on else "own"), self.why
 
 
 # Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
@@ -314,95 +360,101 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if not m.cuda_graph:
             warm = False
             m.max_clock_mhz = mon.max_sm if mon is not None else None
-    while True:
-        seeds = [rng.getrandbits(62) for _ in range(round_calls)]
-        cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
-                      hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches))
-        s0, q0, j0 = snap(), rq(cand), _jail_state(cand)
-        c_reply, c_wall = cand.request(cmd, timeout)
-        j1 = _jail_state(cand)
-        _note_cpu(m, "candidate", cand, cuda)
-        s1, q1 = snap(), rq(cand)
-        if _candidate_failed(m, c_reply, warm):
-            break
-        cand.pause()  # nothing of the candidate's runs while the reference is timed
-        if getattr(cand, "unfrozen", 0):
-            cand.resume()
-            m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
-            break
-        try:
-            p0 = runqueue_wait_ns(ref)
-            r_reply, r_wall = ref.request(cmd, ref_timeout)
-            _note_cpu(m, "reference", ref, cuda)
-            s2, p1 = snap(), runqueue_wait_ns(ref)
-            if with_compiled:
-                k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
-                                         ref_timeout + (600 if warm else 0))
-                if not k_reply.ok:
-                    m.compile_error, with_compiled = k_reply.error, False
-                    if ref.returncode is not None:
-                        raise RuntimeError(f"reference died in torch.compile: {k_reply.error}")
-        finally:
-            cand.resume()
-        if not r_reply.ok:
-            raise RuntimeError(f"reference failed while timing: {r_reply.error}")
-        if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
-            m.cuda_graph = False  # both sides or neither: a fair comparison first
-            m.flags.append("cuda_graph_unavailable")
-            continue  # the warm-up round again, eagerly
-        if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
-            m.flags.append("malformed_report")
-            break
-        if "tensor_subclass" in c_reply.flags:  # its timed outputs were not plain tensors: nothing to report
-            m.flags.append("tensor_subclass")
-            break
-        _tally(m, c_reply, r_reply, tol)
-        unkept += 1  # until the round is kept, below
-        if _hold_dropped(m, r_reply):
-            warm, no_hold, unkept = True, True, 0
-            continue
-        if warm:  # the first round's wall includes warm-up and captures; keep its samples out
-            warm = False
-            if not span_decided:
-                warm_spans = [x for x in reply_spans(r_reply) if x > 0]
-            if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
-                m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
-                                         t.launch_hold_max_us)
-            m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
-            continue
-        if cuda and not span_decided:
-            span_decided = True
-            if _spans_chosen(m, t, warm_spans, r_reply):
-                warm = True  # one more warm-up round, with CUPTI recording
+    files = RoundFiles(ref, ref_timeout, t, on=not cuda and t.cpu_served_inputs)
+    try:
+        while True:
+            seeds, inputs_path = files.make([rng.getrandbits(62) for _ in range(round_calls)])
+            cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
+                              hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches),
+                              inputs_path=inputs_path)
+            s0, q0, j0 = snap(), rq(cand), _jail_state(cand)
+            c_reply, c_wall = cand.request(cmd, timeout)
+            j1 = _jail_state(cand)
+            _note_cpu(m, "candidate", cand, cuda)
+            s1, q1 = snap(), rq(cand)
+            if _candidate_failed(m, c_reply, warm):
+                break
+            cand.pause()  # nothing of the candidate's runs while the reference is timed
+            if getattr(cand, "unfrozen", 0):
+                cand.resume()
+                m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
+                break
+            try:
+                p0 = runqueue_wait_ns(ref)
+                r_reply, r_wall = ref.request(cmd, ref_timeout)
+                _note_cpu(m, "reference", ref, cuda)
+                s2, p1 = snap(), runqueue_wait_ns(ref)
+                if with_compiled:
+                    k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
+                                             ref_timeout + (600 if warm else 0))
+                    if not k_reply.ok:
+                        m.compile_error, with_compiled = k_reply.error, False
+                        if ref.returncode is not None:
+                            raise RuntimeError(f"reference died in torch.compile: {k_reply.error}")
+            finally:
+                cand.resume()
+            if not r_reply.ok:
+                raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+            if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
+                m.cuda_graph = False  # both sides or neither: a fair comparison first
+                m.flags.append("cuda_graph_unavailable")
+                continue  # the warm-up round again, eagerly
+            if len(c_reply.times_ms) != len(seeds) or len(c_reply.fingerprints) != len(seeds):
+                m.flags.append("malformed_report")
+                break
+            if "tensor_subclass" in c_reply.flags:  # its timed outputs were not plain tensors: nothing to report
+                m.flags.append("tensor_subclass")
+                break
+            _tally(m, c_reply, r_reply, tol)
+            unkept += 1  # until the round is kept, below
+            if _hold_dropped(m, r_reply):
+                warm, no_hold, unkept = True, True, 0
                 continue
-        _drop_unavailable_spans(m, c_reply, r_reply)
-        st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
-        # A round in which a side waited for a CPU keeps its samples (dropping them would let a
-        # solution pick its own rounds by making them contended) but is marked, and the host-clock
-        # checks look at quiet rounds where there are enough: contention on one side looks like
-        # hidden time on that side.
-        quiet_c = not (cuda and _contended(q0, q1, c_wall, t.max_runqueue_frac))
-        quiet_r = not (cuda and _contended(p0, p1, r_wall, t.max_runqueue_frac))
-        if not st_r["slow"] and p0 is not None and p1 is not None:
-            m.ref_waited_ms += (p1 - p0) / 1e6
-            m.ref_wall_ms += r_wall * 1e3
-        m.contended_rounds += (not quiet_c) + (not quiet_r)
-        if not st_c["slow"]:
-            m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
-            if not cuda and j0[1] is not None and j1[1] is not None and c_wall > 0:
-                m.cand_cpus.append((j1[1] - j0[1]) / (c_wall * 1e9))
-        if not st_r["slow"]:
-            m.ref.keep(r_reply, r_wall, quiet_r)  # (its waits stay in its walls: clocks._over)
-            m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
-        if with_compiled and k_reply.ok:
-            m.compiled += k_reply.times_ms
-            m.compiled_span += reply_spans(k_reply)
-        unkept -= 1
-        if _enough(m, t, min_calls, m.rounds - unkept >= min_rounds, time.perf_counter() - t_start > budget_s):
-            break
-        if m.rounds > 4 * (t.max_calls // round_calls + min_rounds) + 8:
-            m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
-            break
+            if warm:  # the first round's wall includes warm-up and captures; keep its samples out
+                warm = False
+                if not span_decided:
+                    warm_spans = [x for x in reply_spans(r_reply) if x > 0]
+                if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
+                    m.hold_us = auto_hold_us(r_reply.launch_ms + (k_reply.launch_ms if with_compiled else []),
+                                             t.launch_hold_max_us)
+                m.max_clock_mhz = (mon.max_sm if mon is not None else None) or r_reply.max_clock_mhz
+                continue
+            if cuda and not span_decided:
+                span_decided = True
+                if _spans_chosen(m, t, warm_spans, r_reply):
+                    warm = True  # one more warm-up round, with CUPTI recording
+                    continue
+            _drop_unavailable_spans(m, c_reply, r_reply)
+            st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
+            # A round in which a side waited for a CPU keeps its samples (dropping them would let a
+            # solution pick its own rounds by making them contended) but is marked, and the host-clock
+            # checks look at quiet rounds where there are enough: contention on one side looks like
+            # hidden time on that side.
+            quiet_c = not (cuda and _contended(q0, q1, c_wall, t.max_runqueue_frac))
+            quiet_r = not (cuda and _contended(p0, p1, r_wall, t.max_runqueue_frac))
+            if not st_r["slow"] and p0 is not None and p1 is not None:
+                m.ref_waited_ms += (p1 - p0) / 1e6
+                m.ref_wall_ms += r_wall * 1e3
+            m.contended_rounds += (not quiet_c) + (not quiet_r)
+            if not st_c["slow"]:
+                m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
+                if not cuda and j0[1] is not None and j1[1] is not None and c_wall > 0:
+                    m.cand_cpus.append((j1[1] - j0[1]) / (c_wall * 1e9))
+            if not st_r["slow"]:
+                m.ref.keep(r_reply, r_wall, quiet_r)  # (its waits stay in its walls: clocks._over)
+                m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
+            if with_compiled and k_reply.ok:
+                m.compiled += k_reply.times_ms
+                m.compiled_span += reply_spans(k_reply)
+            unkept -= 1
+            if _enough(m, t, min_calls, m.rounds - unkept >= min_rounds, time.perf_counter() - t_start > budget_s):
+                break
+            if m.rounds > 4 * (t.max_calls // round_calls + min_rounds) + 8:
+                m.flags.append("throttled")  # clocks never recovered: report what we have, flagged
+                break
+    finally:
+        files.drop()
+    m.inputs, m.inputs_why = files.said()
     m.seconds = time.perf_counter() - t_start
     if steal0:
         m.host_steal_ms = _steal_since(steal0)
@@ -434,7 +486,9 @@ def pooled(ms: list[Measurement]) -> Measurement:
     out = Measurement(compiled=list(first.compiled), compiled_span=list(first.compiled_span), spans=first.spans,
                       hold_us=first.hold_us, cuda_graph=first.cuda_graph, l2_reset=first.l2_reset,
                       max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error,
-                      span_basis_ms=first.span_basis_ms)
+                      span_basis_ms=first.span_basis_ms,
+                      inputs="reference" if all(m.inputs == "reference" for m in ms) else "own",
+                      inputs_why=next((m.inputs_why for m in ms if m.inputs_why), None))
     for m in ms:
         for mine, theirs in ((out.cand, m.cand), (out.ref, m.ref)):
             for f in ("times", "host", "enqueue", "launch", "span", "rounds"):
