@@ -6,24 +6,26 @@ moved into the candidate's own input making then hid in the noise of that overhe
 with no timer touched (bench/results/clock-checks.md). So the reference's process, which runs no
 solution code, makes a round's inputs before the round (`write_round`) into a file under the
 harness's shared folder (sandbox.Jails.shared_folder: every jail may read it, none may list or write
-it), named at random by the parent and told to a side only in its round's command. Each side reads
-each call's inputs into fresh buffers (`RoundInputs.take`): a copy, the same work on both sides and
-a fraction of the making, so the wall test's floor, which follows that overhead, is as much
-tighter. Whatever a candidate's process does with its inputs, it does inside its wall.
+it), named at random by the parent and told to a side only in its round's command; the candidate is
+frozen while it is made. Each side maps each call's inputs from it (`RoundInputs.take`): the per-call
+work left in the walls is a fraction of the making, so the wall test's floor, which follows it, is
+as much tighter, and it is no more than any use of the inputs costs, so a candidate cannot undercut
+it. Whatever a candidate's process does with its inputs, it does inside its wall.
 
 The file: 8 bytes of header length, the pickled header (per call, one entry per input: a value, or a
 tensor as its storage's index, dtype, size, stride, offset and requires_grad), then each storage's
-bytes, 64-byte aligned. Inputs that share a storage share it again when read.
+bytes, page-aligned. Inputs that share a storage share it again when read.
 """
 from __future__ import annotations
 
 import copy
 import ctypes
+import mmap
 import os
 import pickle
 import struct
 
-ALIGN = 64
+ALIGN = mmap.PAGESIZE  # each storage maps on its own
 CHUNK = 1 << 30  # a read(2) moves at most ~2 GiB at once
 
 
@@ -104,7 +106,14 @@ def _pwrite_all(fd: int, view, at: int) -> None:
 
 
 class RoundInputs:
-    """A round's file, opened by the side being timed: `take(i)` is call i's inputs in fresh buffers."""
+    """A round's file, opened by the side being timed: `take(i)` is call i's inputs.
+
+    Each storage is the file's pages mapped copy-on-write (a forward that writes its inputs writes
+    its own copies), each page touched once before the call (`_touch`: a read fault maps it), so the
+    forward finds them mapped as freshly made inputs are. No copy: the per-call work left in a wall is
+    what any use of the inputs costs, so a candidate cannot undercut it and spend the difference on a
+    hidden forward, as one did when each side copied them into fresh buffers (a helper's attack:
+    its own mapping instead of the copy, 55x on relu_add at full size)."""
 
     def __init__(self, torch, path: str):
         self.torch = torch
@@ -119,25 +128,34 @@ class RoundInputs:
 
     def take(self, i: int) -> list:
         torch = self.torch
-        fresh: dict[int, object] = {}
+        mapped: dict[int, object] = {}
         out = []
         for item in self.calls[i]:
             if item[0] == "v":
                 out.append(copy.deepcopy(item[1]))  # a forward may change a list it is given
                 continue
             _, k, dtype, size, stride, offset, grad = item
-            if k not in fresh:
+            if k not in mapped:
                 off, n = self.storages[k]
-                buf = torch.empty(n, dtype=torch.uint8)
                 if n:
-                    _read_into(self.fd, _bytes_of(buf.data_ptr(), n), self.start + off)
-                fresh[k] = buf.untyped_storage()
-            t = torch.empty(0, dtype=getattr(torch, dtype)).set_(fresh[k], offset, size, stride)
+                    m = mmap.mmap(self.fd, n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                                  offset=self.start + off)
+                    raw = torch.frombuffer(m, dtype=torch.uint8)
+                    _touch(raw)
+                else:
+                    raw = torch.empty(0, dtype=torch.uint8)
+                mapped[k] = raw.untyped_storage()
+            t = torch.empty(0, dtype=getattr(torch, dtype)).set_(mapped[k], offset, size, stride)
             out.append(t.requires_grad_(grad) if grad else t)
         return out
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _touch(raw) -> None:
+    """One byte of every page read: each page's fault taken here, not in the timed forward."""
+    raw[::mmap.PAGESIZE].sum()
 
 
 def _pread_all(fd: int, n: int, at: int) -> bytes:

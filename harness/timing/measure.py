@@ -116,10 +116,12 @@ class Measurement:
 class RoundFiles:
     """The timed rounds' inputs, made by the reference's process before each round into a file both
     sides read (timing/inputs.py), named at random here and told to each side only in its round's
-    command; removed after the round."""
+    command; removed after the round. The candidate is frozen while the reference makes them: running
+    then, outside every wall, it could ready what its round will use (a helper's attack faulted in
+    its output buffers there)."""
 
-    def __init__(self, ref, timeout: float, t, on: bool):
-        self.ref, self.timeout, self.on = ref, timeout, on
+    def __init__(self, cand, ref, timeout: float, t, on: bool):
+        self.cand, self.ref, self.timeout, self.on = cand, ref, timeout, on
         self.max_bytes = int(t.served_inputs_max_mb * (1 << 20))
         self.path: Optional[str] = None
         self.served = 0  # rounds served
@@ -134,7 +136,11 @@ class RoundFiles:
         if not self.on:
             return seeds, None
         path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
-        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
+        self.cand.pause()
+        try:
+            reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
+        finally:
+            self.cand.resume()
         if not reply.ok:
             raise RuntimeError(f"reference failed making a round's inputs: {reply.error}")
         if reply.unservable:
@@ -145,6 +151,10 @@ class RoundFiles:
 
     def drop(self) -> None:
         if self.path is not None:
+            # emptied first: a side that kept it open or mapped would keep its memory (in /dev/shm,
+            # counted in no jail's cap) past the unlink
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, 0)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
             self.path = None
@@ -360,7 +370,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
         if not m.cuda_graph:
             warm = False
             m.max_clock_mhz = mon.max_sm if mon is not None else None
-    files = RoundFiles(ref, ref_timeout, t, on=not cuda and t.cpu_served_inputs)
+    files = RoundFiles(cand, ref, ref_timeout, t, on=not cuda and t.cpu_served_inputs)
     try:
         while True:
             seeds, inputs_path = files.make([rng.getrandbits(62) for _ in range(round_calls)])
