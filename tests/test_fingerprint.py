@@ -43,7 +43,8 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
     """OutputPrints copies each call's outputs into a row of a buffer and fingerprints a batch of
     rows at once: the same fingerprint as one call alone, whatever the batch (the candidate's and the
     reference's processes may batch differently); a batch ends where the buffer is full or the
-    outputs change layout; an output too large for two rows is fingerprinted in place."""
+    outputs change layout; an output too large for two rows is fingerprinted in place. Outputs on a
+    CPU are batched only when asked (a copy into rows costs a CPU more than it saves)."""
     import random
 
     from harness.timing.fingerprint import OutputPrints, _fingerprint
@@ -54,7 +55,7 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
     single = [_fingerprint(torch, o, s, 16) for o, s in zip(outs, seeds)]
     row = 1000 * 4 + 7 * 8  # the integers reduce through float64
     for free, rows in ((None, len(outs)), (8 * 2 * row, 2), (8 * row, None)):
-        prints = OutputPrints(torch, 16, len(outs), free)
+        prints = OutputPrints(torch, 16, len(outs), free, batch=True)
         seen = []
         for o, s in zip(outs[:5], seeds[:5]):
             prints.add(o, s)
@@ -64,6 +65,11 @@ def test_a_timing_requests_outputs_are_fingerprinted_in_batches_as_each_call_alo
             prints.add(o, s)
         prints.flush()
         assert prints.fps == single
+    plain = OutputPrints(torch, 16, len(outs))
+    for o, s in zip(outs, seeds):
+        plain.add(o, s)
+    plain.flush()
+    assert plain.bufs is None and plain.fps == single
     assert single[0][6 + 16:12 + 16] == [7.0, *single[0][7 + 16:11 + 16], 7.0]  # numel, sums, k of the integers
     assert single[0][-6:] == [0.0] * 6  # the empty tensor
 

@@ -202,7 +202,7 @@ class PairTimer:
         stands = again if measurements > 1 else first
         if "wall_unexplained_ms" in stands:
             note["wall_check"] = {k: v for k, v in stands.items()
-                                  if k.startswith("wall_") or k in ("cand_median_ms", "rounds_compared")}
+                                  if k.startswith("wall_") or k in ("cand_median_ms", "rounds_compared", "calls_per_round")}
         if cheats:
             self.ctx.res.timing_method.update(check_notes({pair: note}), inputs_made_by=m.inputs)
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
@@ -372,7 +372,9 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "ref_launch_leaked_calls": m.ref.leaked if cuda else None,
         "timing_cpu": ctx.gate.timing_cpu if cuda else None,  # the reference's host CPU (cpus.py)
         "cand_timing_cpu": ctx.gate.cand_cpu if cuda else None,  # the candidate's
-        "cuda_graph": m.cuda_graph, "rounds": m.rounds, "round_calls": t.round_calls,
+        "cuda_graph": m.cuda_graph, "rounds": m.rounds,
+        # the kept rounds' calls (the CPU path sizes its rounds after the warm-up: timing.cpu_round_ms)
+        "round_calls": int(statistics.median(r[2] for r in m.cand.rounds)) if m.cand.rounds else t.round_calls,
         "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
         # who made the timed calls' inputs: the reference's process for both sides, or each its own
         "inputs_made_by": m.inputs, **({"inputs_why_own": m.inputs_why} if m.inputs_why else {}),

@@ -14,6 +14,11 @@ from .stats import quantile
 if TYPE_CHECKING:
     from .measure import Measurement, Side
 
+# the candidate's kept rounds the wall test needs: every measurement keeps at least this many
+# (measure), a further process pair's too, so that no pair escapes it by being short
+WALL_ROUNDS = 5
+
+
 def _calls_by_round(side: Side) -> list:
     """Pair each kept round with its calls' (host ms, device ms); rounds and samples are appended
     together (Side.keep), in order."""
@@ -78,15 +83,19 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
     over_c, over_r = _over(c_all, True), _over(r_rounds, False)
     if any(r[1] > r[0] for r in m.cand.rounds):
         flags.append("impossible_timing")
-    elif len(over_c) >= 5 and len(over_r) >= 2:
+    elif len(over_c) >= WALL_ROUNDS and len(over_r) >= 2:
         low_r = min(over_r)
         unexplained = max(min(over_c) - low_r, statistics.median(over_c) - statistics.median(over_r))
         # Two processes' walls for the same work differ by a share of the whole per-call wall, the
         # forward's and the harness's own overhead (input generation, flush, fingerprint) together:
         # honest identities on an H200 reached a tenth of it (bench/results/clock-checks.md). On the
         # CPU the overhead is host work, and on a loaded host it differs by tenths of a millisecond
+        # on the CPU path the absolute part is per round (a process's wake-up and the pipe, which a
+        # loaded host stretches), spread over the round's calls: many calls a round for a short
+        # forward (timing.cpu_round_ms) make it fine
+        calls = statistics.median(r[2] for r in m.cand.rounds)
         floor = (max(h.wall_abs_ms, h.wall_rel * med_c + h.wall_overhead_share * low_r) if cuda else
-                 max(h.cpu_wall_abs_ms, h.cpu_wall_rel * med_c + h.cpu_wall_overhead_share * low_r))
+                 max(h.cpu_wall_abs_ms, h.cpu_wall_abs_round_ms / calls, h.cpu_wall_rel * med_c + h.cpu_wall_overhead_share * low_r))
         if unexplained > floor:
             flags.append("timer_mismatch")
         if detail is not None:
@@ -94,6 +103,6 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
                           wall_over_cand_median_ms=round(statistics.median(over_c), 4),
                           wall_over_ref_median_ms=round(statistics.median(over_r), 4),
                           wall_unexplained_ms=round(unexplained, 4), wall_floor_ms=round(floor, 4),
-                          cand_median_ms=round(med_c, 4),
+                          cand_median_ms=round(med_c, 4), calls_per_round=calls,
                           rounds_compared=[len(over_c), len(over_r)])
     return flags

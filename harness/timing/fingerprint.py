@@ -136,10 +136,13 @@ class OutputPrints:
     after the calls: about a dozen small kernels, a readback and a synchronisation per call, and
     CUPTI records of them all, cost more host time than the forward they follow for a short
     problem. The buffer takes at most PRINT_BUFFER_BYTES and an eighth of
-    the GPU's free memory; an output too large for two rows is fingerprinted in place, call by call."""
+    the GPU's free memory; an output too large for two rows, and any on a CPU, is fingerprinted in
+    place, call by call."""
 
-    def __init__(self, torch, npos: int, calls: int, free_bytes: Optional[int] = None):
+    def __init__(self, torch, npos: int, calls: int, free_bytes: Optional[int] = None,
+                 batch: Optional[bool] = None):
         self.torch, self.npos, self.calls = torch, npos, calls
+        self.batch = batch  # None: outputs on a GPU only
         self.budget = min(PRINT_BUFFER_BYTES, (free_bytes // 8) if free_bytes else PRINT_BUFFER_BYTES)
         self.fps: list[list[float]] = []
         self.seeds: list[int] = []
@@ -156,7 +159,10 @@ class OutputPrints:
             self.layout, self.bufs = layout, None
             row = sum(n * dt.itemsize for n, dt, _ in layout)
             rows = min(self.calls, self.budget // max(row, 1))
-            if rows >= 2 and ts:
+            # on a CPU each call's outputs are reduced where they lie: batching saves kernels and
+            # readbacks on a GPU; a CPU would only pay a copy into fresh rows (2 ms of a 4 MB output)
+            batch = all(t.is_cuda for t in ts) if self.batch is None else self.batch
+            if rows >= 2 and ts and batch:
                 self.bufs = [torch.empty((rows, n), dtype=dt, device=dev) for n, dt, dev in layout]
         if self.bufs is None:
             self.fps.append(_fingerprint(torch, out, seed, self.npos))

@@ -10,6 +10,7 @@ result are clocks.py's; the statistics, stats.py's.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import secrets
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..cgroups import cpu_ns
+from .clocks import WALL_ROUNDS
 from .fingerprint import fingerprints_match
 from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
                       steal_jiffies)
@@ -116,9 +118,10 @@ class Measurement:
 class RoundFiles:
     """The timed rounds' inputs, made by the reference's process before each round into a file both
     sides read (timing/inputs.py), named at random here and told to each side only in its round's
-    command; removed after the round. The candidate is frozen while the reference makes them: running
-    then, outside every wall, it could ready what its round will use (a helper's attack faulted in
-    its output buffers there)."""
+    command; removed after the round. The candidate stays frozen from the end of its round to the start
+    of its next, while the reference is timed and makes the next inputs: running then, outside every
+    wall, it could ready what its round will use or put off what it would pay there (a helper's
+    attack faulted in its output buffers and freed its inputs in those gaps: 37-59x)."""
 
     def __init__(self, cand, ref, timeout: float, t, on: bool):
         self.cand, self.ref, self.timeout, self.on = cand, ref, timeout, on
@@ -136,11 +139,8 @@ class RoundFiles:
         if not self.on:
             return seeds, None
         path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
-        self.cand.pause()
-        try:
-            reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
-        finally:
-            self.cand.resume()
+        self.cand.pause()  # (resumed when its round starts: measure)
+        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
         if not reply.ok:
             raise RuntimeError(f"reference failed making a round's inputs: {reply.error}")
         if reply.unservable:
@@ -161,6 +161,16 @@ class RoundFiles:
 
     def said(self) -> tuple[str, Optional[str]]:
         return ("reference" if self.served and self.on else "own"), self.why
+
+
+def cpu_round_calls(t, ref_wall_s: float, calls: int, now: int) -> int:
+    """The CPU path's calls a round, from the reference's latest round (`calls` calls in `ref_wall_s`):
+    as many as make its round last `timing.cpu_round_ms`, at least `now` (never fewer: the first
+    rounds' walls hold warm-up calls and first-time costs)."""
+    if t.cpu_round_ms <= 0 or calls <= 0 or ref_wall_s <= 0:
+        return now
+    per_call_ms = ref_wall_s * 1e3 / calls
+    return max(now, min(t.cpu_round_calls_max, math.ceil(t.cpu_round_ms / per_call_ms)))
 
 
 # Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
@@ -340,7 +350,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     from ..records.messages import TimeCommand
     t = cfg.timing
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
-    min_rounds = t.min_rounds if min_rounds is None else min_rounds
+    # never fewer than the wall test needs: a further pair (processes_rounds, then 3) whose rounds
+    # filled max_calls in three was never wall-tested, and a cheat in a second process only passed
+    # (tests/adversarial/cpu/timer_patch_second_process.py, once the CPU's rounds grew: cpu_round_ms)
+    min_rounds = max(WALL_ROUNDS, t.min_rounds if min_rounds is None else min_rounds)
     budget_s = t.budget_s if budget_s is None else budget_s
     mon = GpuMonitor(gpu) if cuda else None
     snap = mon.snapshot if mon is not None else (lambda: None)
@@ -377,6 +390,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
                               hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches),
                               inputs_path=inputs_path)
+            cand.resume()  # held from its last round (RoundFiles), or running already
             s0, q0, j0 = snap(), rq(cand), _jail_state(cand)
             c_reply, c_wall = cand.request(cmd, timeout)
             j1 = _jail_state(cand)
@@ -402,9 +416,12 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                         if ref.returncode is not None:
                             raise RuntimeError(f"reference died in torch.compile: {k_reply.error}")
             finally:
-                cand.resume()
+                if not files.on:  # (held otherwise until its next round starts)
+                    cand.resume()
             if not r_reply.ok:
                 raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+            if not cuda:  # sized on the reference's latest round (the warm-up round's first calls overstate it)
+                round_calls = cpu_round_calls(t, r_wall, len(seeds), round_calls)
             if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
                 m.cuda_graph = False  # both sides or neither: a fair comparison first
                 m.flags.append("cuda_graph_unavailable")
@@ -464,6 +481,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 break
     finally:
         files.drop()
+        cand.resume()
     m.inputs, m.inputs_why = files.said()
     m.seconds = time.perf_counter() - t_start
     if steal0:
