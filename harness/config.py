@@ -109,7 +109,7 @@ class Timing(_Section):
     processes_above_rel: float = 0.0035
     processes_max: int = Field(8, ge=1)
     processes_target_rel: float = Field(0.0025, ge=0)
-    processes_rounds: int = Field(5, ge=5)
+    processes_rounds: int = Field(3, ge=1)
     processes_budget_s: float = Field(2.5, ge=0)
     host_bound_share: float = Field(0.5, ge=0, le=1)
     host_bound_budget_s: float = Field(8.0, ge=0)

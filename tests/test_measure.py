@@ -82,7 +82,7 @@ def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
                     "thermal_ns": 1000 if i >= 10 else 0}
 
     monkeypatch.setattr(measuring, "GpuMonitor", Monitor)
-    cfg = load_config(None, {"timing.min_rounds": 6, "timing.min_calls": 20, "timing.round_calls": 10})
+    cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10})
     m = measuring.measure(_FakeTimed(1.0, claimed_mhz=100), _FakeTimed(2.0, claimed_mhz=1980), cfg,
                        random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5)
     assert m.retaken == ["candidate: thermal_limited"], m.retaken
@@ -131,7 +131,7 @@ def test_a_reference_without_a_working_hold_times_both_sides_without_one(monkeyp
             return reply, wall
 
     monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor())
-    cfg = load_config(None, {"timing.min_rounds": 6, "timing.min_calls": 20, "timing.round_calls": 10,
+    cfg = load_config(None, {"timing.min_rounds": 4, "timing.min_calls": 20, "timing.round_calls": 10,
                              "timing.compile_baseline": "off"})
     cand, ref = Side(1.0, True), Side(2.0, False)
     m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"],
@@ -231,11 +231,11 @@ def test_a_further_pair_starts_under_the_first_pairs_hold_without_a_warm_up_roun
     cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.cuda_graph": graph})
     cand, ref = _Commands(1.0), _Commands(2.0)
     m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
-                       ref_timeout=5, compiled=False, spans=False, min_rounds=5, hold_us=321.0)
+                       ref_timeout=5, compiled=False, spans=False, min_rounds=3, hold_us=321.0)
     for w in (cand, ref):
-        assert [c.hold_us for c in w.cmds[graph:]] == [321.0] * 5
-        assert [c.warmup for c in w.cmds] == [cfg.timing.warmup] * graph + [0] * 5
-    assert m.rounds == 5 + graph and len(m.cand.rounds) == len(m.ref.rounds) == 5
+        assert [c.hold_us for c in w.cmds[graph:]] == [321.0] * 3
+        assert [c.warmup for c in w.cmds] == [cfg.timing.warmup] * graph + [0] * 3
+    assert m.rounds == 3 + graph and len(m.cand.rounds) == len(m.ref.rounds) == 3
     assert m.hold_us == 321.0 and m.max_clock_mhz == 1980
 
 
@@ -247,13 +247,13 @@ def test_min_rounds_counts_kept_rounds_not_those_that_chose_kernel_spans(monkeyp
 
     import harness.timing.measure as measuring
     monkeypatch.setattr(measuring, "GpuMonitor", _NoNvml)
-    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 6,
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.min_rounds": 4,
                              "timing.kernel_span": "auto"})
     cand, ref = _Commands(0.01), _Commands(0.01)
     m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5,
                        ref_timeout=5)
     assert [c.spans for c in ref.cmds][:3] == [True, False, True]  # warm-up (launch counts), choice, warm-up
-    assert len(m.cand.rounds) == len(m.ref.rounds) == 6 and m.rounds == 9
+    assert len(m.cand.rounds) == len(m.ref.rounds) == 4 and m.rounds == 7
     assert "kernel_span_unavailable" in m.flags
 
 

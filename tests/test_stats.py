@@ -110,11 +110,11 @@ def test_more_processes_where_the_first_ones_disagree(n, medians, offset_rel, ex
 def test_no_more_pairs_than_fit_in_the_budget():
     from harness.timing.stats import pairs_within_budget
     first = _measurement([1.0], [1.0])          # 0.5 s in all; its kept rounds' walls 2 ms a side
-    t = _timing(processes_budget_s=2.5, processes_rounds=5)
-    assert pairs_within_budget(t, [first]) == 83          # (2.5 - 0.5) / (6 x (2 + 2) ms)
+    t = _timing(processes_budget_s=2.5, processes_rounds=3)
+    assert pairs_within_budget(t, [first]) == 125         # (2.5 - 0.5) / (4 x (2 + 2) ms)
     first.cand.rounds = [(50.0, 1.0, 10, True), (40.0, 1.0, 10, True), (60.0, 1.0, 10, True)]
     first.ref.rounds = [(50.0, 1.0, 10, True)]
-    assert pairs_within_budget(t, [first]) == 3           # (2.5 - 0.5) / (6 x (50 + 50) ms)
+    assert pairs_within_budget(t, [first]) == 5           # (2.5 - 0.5) / (4 x (50 + 50) ms)
     further = _measurement([1.0], [1.0])
     further.seconds = 0.3
     assert pairs_within_budget(t, [first, further, further]) == 4   # (2.5 - 1.1) / 0.3 = 4.7

@@ -14,8 +14,8 @@ from .stats import quantile
 if TYPE_CHECKING:
     from .measure import Measurement, Side
 
-# the candidate's kept rounds the wall test needs: every measurement keeps at least this many
-# (measure), a further process pair's too, so that no pair escapes it by being short
+# the candidate's kept rounds the wall test needs: on the CPU path every measurement keeps at least
+# this many (measure), a further process pair's too, so that no pair escapes it by being short
 WALL_ROUNDS = 5
 
 
