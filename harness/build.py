@@ -69,9 +69,14 @@ def extensions_dir(code: str, device: str, cache_dir: Path) -> Path:
     installation and torch's place count too: a cache shared by two checkouts (the root's
     /var/cache/harness) would otherwise hand one the other's build, whose commands name the other's
     headers, and the candidate's load_inline then rebuilds inside `timeouts.load_s` (a new user's
-    honest solution timed out so)."""
+    honest solution timed out so). The compiler torch names in the commands counts for the same
+    reason."""
     key = "\n".join([code, torch_versions()[0], device, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
-                     sys.version.split()[0], sys.prefix, torch_dir()])
+                     sys.version.split()[0], sys.prefix, torch_dir(),
+                     # the compiler torch writes into the build's commands, where one is named (the
+                     # precompiled header's wrapper: pch.enable); a build cached under another was
+                     # built again inside the candidate's load, past its timeout (session 43, an H200)
+                     *([os.environ["CXX"]] if os.environ.get("CXX") else [])])
     d = cache_dir / "ext" / hashlib.sha256(key.encode()).hexdigest()[:20]
     d.mkdir(parents=True, exist_ok=True)
     return d.resolve()

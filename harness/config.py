@@ -152,7 +152,7 @@ class Batch(_Section):
     lend_timing_cpus: bool = True
     # "auto": on for a GPU's batches, whose builds are many and CUDA's; off on the CPU path, whose
     # builds are few and whose timing shares the cores with the header's own build
-    precompiled_header: Union[bool, Literal["auto"]] = "auto"
+    precompiled_header: Union[bool, Literal["auto"]] = False
     light_cuda_header: bool = True
 
     def pch_for(self, device: str) -> bool:

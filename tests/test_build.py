@@ -142,3 +142,18 @@ def test_clearing_build_locks_follows_no_link_the_solution_planted(tmp_path):
     assert build.clear_build_locks(ext) == 1
     assert not (ext / "mine" / "lock").exists() and (victim / "lock").exists()
     assert build.clear_build_locks(tmp_path / "none") == 0
+
+
+def test_a_build_through_the_precompiled_headers_wrapper_has_a_folder_of_its_own(tmp_path, monkeypatch):
+    """torch writes the compiler it was given (CXX) into a build's commands, and ninja builds again
+    when a command changes: a build cached without the precompiled header's wrapper (harness/pch.py)
+    was built again inside a candidate's load, with the wrapper on, past its timeout (the GPU suite
+    on an H200, session 43). So the compiler named is part of the folder's key; with none named, the
+    key is as before, and caches made before stay valid."""
+    import harness.build as build
+    from harness import pch
+    code = (ROOT / "tests/fixtures/cpu/honest_cpp.py").read_text()
+    monkeypatch.delenv("CXX", raising=False)
+    plain = build.extensions_dir(code, "cpu", tmp_path)
+    monkeypatch.setenv("CXX", str(pch.WRAPPER))
+    assert build.extensions_dir(code, "cpu", tmp_path) != plain

@@ -156,11 +156,14 @@ def test_the_cache_is_the_users_not_the_current_folders(monkeypatch, tmp_path):
     assert load_config(None, {"cache_dir": "elsewhere"}).cache_dir == "elsewhere"  # the config's own wins
 
 
-def test_the_precompiled_header_is_on_by_default_for_a_gpus_batches_only():
+def test_the_precompiled_header_auto_is_on_for_a_gpus_batches_only():
     """`[batch] precompiled_header = "auto"`: a GPU's batches build many CUDA extensions, the CPU path
-    few, and there the header's own build would share the cores with timing; true or false as said."""
+    few, and there the header's own build would share the cores with timing; true or false as said.
+    Off by default."""
     from harness.config import load_config
-    assert load_config().batch.pch_for("cuda") and not load_config().batch.pch_for("cpu")
+    assert not load_config().batch.pch_for("cuda") and not load_config().batch.pch_for("cpu")
+    auto = load_config(None, {"batch.precompiled_header": "auto"}).batch
+    assert auto.pch_for("cuda") and not auto.pch_for("cpu")
     for value in (True, False):
         b = load_config(None, {"batch.precompiled_header": value}).batch
         assert b.pch_for("cuda") is value and b.pch_for("cpu") is value
