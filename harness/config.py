@@ -90,8 +90,6 @@ class Timing(_Section):
     max_runqueue_frac: float = Field(0.05, ge=0, le=1)
     max_reference_wait_frac: float = Field(0.1, ge=0, le=1)
     cpu_served_inputs: bool = True
-    cpu_round_ms: float = Field(20.0, ge=0)
-    cpu_round_calls_max: int = Field(1000, ge=1)
     served_inputs_max_mb: float = Field(1024.0, gt=0)
     min_rounds: int = Field(5, ge=1)
     # the process-bias model (timing.process_bias_us, processes_for): configs/advanced.toml says
@@ -126,8 +124,7 @@ class Hardening(_Section):
     gap_abs_ms: float = 0.02
     gap_rel: float = 0.25
     wall_abs_ms: float = 0.05
-    cpu_wall_abs_ms: float = 0.05
-    cpu_wall_abs_round_ms: float = 4.0
+    cpu_wall_abs_ms: float = 0.5
     wall_rel: float = 0.2
     wall_overhead_share: float = 0.2
     cpu_wall_rel: float = 0.2

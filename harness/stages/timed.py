@@ -373,7 +373,7 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "timing_cpu": ctx.gate.timing_cpu if cuda else None,  # the reference's host CPU (cpus.py)
         "cand_timing_cpu": ctx.gate.cand_cpu if cuda else None,  # the candidate's
         "cuda_graph": m.cuda_graph, "rounds": m.rounds,
-        # the kept rounds' calls (the CPU path sizes its rounds after the warm-up: timing.cpu_round_ms)
+        # the kept rounds' calls (a round of large CPU inputs holds fewer: timing.served_inputs_max_mb)
         "round_calls": int(statistics.median(r[2] for r in m.cand.rounds)) if m.cand.rounds else t.round_calls,
         "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
         # who made the timed calls' inputs: the reference's process for both sides, or each its own

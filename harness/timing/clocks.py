@@ -9,15 +9,10 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Optional
 
-from .stats import quantile
+from .stats import WALL_ROUNDS, quantile
 
 if TYPE_CHECKING:
     from .measure import Measurement, Side
-
-# the candidate's kept rounds the wall test needs: on the CPU path every measurement keeps at least
-# this many (measure), a further process pair's too, so that no pair escapes it by being short
-WALL_ROUNDS = 5
-
 
 def _calls_by_round(side: Side) -> list:
     """Pair each kept round with its calls' (host ms, device ms); rounds and samples are appended
@@ -90,12 +85,9 @@ def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] 
         # forward's and the harness's own overhead (input generation, flush, fingerprint) together:
         # honest identities on an H200 reached a tenth of it (bench/results/clock-checks.md). On the
         # CPU the overhead is host work, and on a loaded host it differs by tenths of a millisecond
-        # on the CPU path the absolute part is per round (a process's wake-up and the pipe, which a
-        # loaded host stretches), spread over the round's calls: many calls a round for a short
-        # forward (timing.cpu_round_ms) make it fine
         calls = statistics.median(r[2] for r in m.cand.rounds)
         floor = (max(h.wall_abs_ms, h.wall_rel * med_c + h.wall_overhead_share * low_r) if cuda else
-                 max(h.cpu_wall_abs_ms, h.cpu_wall_abs_round_ms / calls, h.cpu_wall_rel * med_c + h.cpu_wall_overhead_share * low_r))
+                 max(h.cpu_wall_abs_ms, h.cpu_wall_rel * med_c + h.cpu_wall_overhead_share * low_r))
         if unexplained > floor:
             flags.append("timer_mismatch")
         if detail is not None:

@@ -10,7 +10,6 @@ result are clocks.py's; the statistics, stats.py's.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
 import secrets
@@ -20,11 +19,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..cgroups import cpu_ns
-from .clocks import WALL_ROUNDS
 from .fingerprint import fingerprints_match
 from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
                       steal_jiffies)
-from .stats import summarize
+from .stats import WALL_ROUNDS, summarize
 
 
 def reply_spans(reply) -> list[float]:
@@ -161,16 +159,6 @@ class RoundFiles:
 
     def said(self) -> tuple[str, Optional[str]]:
         return ("reference" if self.served and self.on else "own"), self.why
-
-
-def cpu_round_calls(t, ref_wall_s: float, calls: int, now: int) -> int:
-    """The CPU path's calls a round, from the reference's latest round (`calls` calls in `ref_wall_s`):
-    as many as make its round last `timing.cpu_round_ms`, at least `now` (never fewer: the first
-    rounds' walls hold warm-up calls and first-time costs)."""
-    if t.cpu_round_ms <= 0 or calls <= 0 or ref_wall_s <= 0:
-        return now
-    per_call_ms = ref_wall_s * 1e3 / calls
-    return max(now, min(t.cpu_round_calls_max, math.ceil(t.cpu_round_ms / per_call_ms)))
 
 
 # Warm-up round under "auto": the shortest hold, so that the launch it measures includes the hold's
@@ -352,11 +340,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     m = Measurement(cuda_graph=cuda and t.cuda_graph, spans=bool(cuda and spans))
     min_rounds = t.min_rounds if min_rounds is None else min_rounds
     if not cuda:
-        # never fewer than the wall test needs: a further pair (processes_rounds, 3) whose rounds
-        # filled max_calls in three was never wall-tested, and a cheat in a second process only
-        # passed (tests/adversarial/cpu/timer_patch_second_process.py, once the CPU's rounds grew:
-        # cpu_round_ms). Not yet on a GPU: there it made an honest fixture's further pairs
-        # wall-tested, and one was rejected (honest_atomics.py on an H200, session 43)
+        # never fewer than the wall test needs: a further pair (processes_rounds, 3) that met its
+        # calls in three rounds was never wall-tested (tests/adversarial/cpu/timer_patch_second_process.py
+        # passed so, with rounds of more calls). Not yet on a GPU: there it made an honest fixture's
+        # further pairs wall-tested, and one was rejected (honest_atomics.py on an H200, session 43)
         min_rounds = max(WALL_ROUNDS, min_rounds)
     budget_s = t.budget_s if budget_s is None else budget_s
     mon = GpuMonitor(gpu) if cuda else None
@@ -424,8 +411,6 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     cand.resume()
             if not r_reply.ok:
                 raise RuntimeError(f"reference failed while timing: {r_reply.error}")
-            if not cuda:  # sized on the reference's latest round (the warm-up round's first calls overstate it)
-                round_calls = cpu_round_calls(t, r_wall, len(seeds), round_calls)
             if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
                 m.cuda_graph = False  # both sides or neither: a fair comparison first
                 m.flags.append("cuda_graph_unavailable")

@@ -21,6 +21,11 @@ def summarize(samples: list[float]):
     return Stats(median=statistics.median(samples), mean=mean, std=std, min=min(samples), max=max(samples),
                  count=n, rel_sem=(std / math.sqrt(n) / mean) if n > 1 and mean > 0 else float("inf"))
 
+# the candidate's kept rounds the wall test needs (clocks.clock_checks): on the CPU path every
+# measurement keeps at least this many (measure), a further process pair's too, so that no pair
+# escapes it by being short
+WALL_ROUNDS = 5
+
 
 def ratio_ci(ref: list[float], cand: list[float], iters: int = 400, seed: int = 0) -> tuple[float, float]:
     """95% bootstrap interval of median(ref) / median(cand)."""
