@@ -136,16 +136,18 @@ class RoundFiles:
         self.drop()
         if not self.on:
             return seeds, None
-        path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
+        # named before it is asked for: a reference that fails or times out midway leaves no file
+        self.path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
         self.cand.pause()  # (resumed when its round starts: measure)
-        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=path, max_bytes=self.max_bytes), self.timeout)
+        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=self.path, max_bytes=self.max_bytes), self.timeout)
         if not reply.ok:
             raise RuntimeError(f"reference failed making a round's inputs: {reply.error}")
         if reply.unservable:
             self.on, self.why = False, reply.unservable
+            self.drop()
             return seeds, None
-        self.path, self.served = path, self.served + 1
-        return seeds[:reply.calls], path
+        self.served += 1
+        return seeds[:reply.calls], self.path
 
     def drop(self) -> None:
         if self.path is not None:
