@@ -5,6 +5,7 @@ process pairs."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from conftest import fake_measurement as _measurement
@@ -473,3 +474,75 @@ def test_each_pairs_calls_stay_with_their_round_for_the_clock_checks():
     rounds = _calls_by_round(p.cand)
     assert [len(calls) for _, calls in rounds] == [2, 3]
     assert [t for _, t in rounds[1][1]] == [5.0, 5.5, 6.0]
+
+
+class _Serving(_Commands):
+    """A reference that also makes rounds' inputs files (InputsCommand), `calls` of the seeds at most,
+    or refuses them as a file cannot carry them; its events and the candidate's in one log."""
+
+    def __init__(self, ms: float, log: list, calls: int = 0):
+        super().__init__(ms)
+        self.log, self.calls = log, calls
+
+    def request(self, cmd, timeout):
+        from harness.records.messages import InputsReply
+        if cmd.op == "inputs":
+            self.log.append("inputs")
+            if not self.calls:
+                return InputsReply(ok=True, unservable="a tensor inside a list"), 0.001
+            open(cmd.path, "wb").close()
+            return InputsReply(ok=True, calls=min(self.calls, len(cmd.seeds)), bytes=1), 0.001
+        self.log.append(f"ref {len(cmd.seeds)}")
+        return super().request(cmd, timeout)
+
+
+class _Held(_Commands):
+    def __init__(self, ms: float, log: list):
+        super().__init__(ms)
+        self.log = log
+
+    def request(self, cmd, timeout):
+        self.log.append(f"cand {len(cmd.seeds)} {'file' if cmd.inputs_path else 'own'}")
+        if cmd.inputs_path:  # the round's file is there while the candidate is timed
+            assert os.path.exists(cmd.inputs_path)
+        return super().request(cmd, timeout)
+
+    def pause(self):
+        self.log.append("pause")
+
+    def resume(self):
+        self.log.append("resume")
+
+
+def test_on_the_cpu_path_the_reference_makes_each_rounds_inputs_while_the_candidate_is_held():
+    """timing/inputs.py: before each round the reference's process makes its inputs into a file (here
+    three calls' worth of the ten seeds: the round is cut to them); the candidate is held from the
+    end of its round, through the reference's round and the next inputs' making, to its next round;
+    every file is gone after. Inputs a file cannot carry: each side makes its own, and the record
+    says why."""
+    import random
+
+    import harness.timing.measure as measuring
+    cfg = load_config(None, {"timing.compile_baseline": "off"})
+    log: list = []
+    cand, ref = _Held(1.0, log), _Serving(1.0, log, calls=3)
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=False, tol=cfg.correctness.tol["fp32"],
+                          timeout=5, ref_timeout=5)
+    assert m.inputs == "reference" and m.inputs_why is None
+    paths = [c.inputs_path for c in cand.cmds]
+    assert all(paths) and len(set(paths)) == len(paths) and not any(os.path.exists(p) for p in paths)
+    assert [len(c.seeds) for c in cand.cmds] == [3] * len(cand.cmds)
+    assert [c.inputs_path for c in ref.cmds if c.op == "time"] == paths  # both sides the same file
+    # between two of the candidate's rounds: held (P), the reference timed (F), the next inputs made
+    # (I), and only then let go (R), as it is timed again
+    seq = "".join("|" if e.startswith("cand") else {"pause": "P", "resume": "R", "inputs": "I"}.get(e, "F")
+                  for e in log)
+    between = seq.split("|")
+    assert between[0] == "PIR" and between[-1] == "PFR", seq
+    assert set(between[1:-1]) == {"PFPIR"}, seq
+    log.clear()
+    cand, ref = _Held(1.0, log), _Serving(1.0, log, calls=0)
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=False, tol=cfg.correctness.tol["fp32"],
+                          timeout=5, ref_timeout=5)
+    assert m.inputs == "own" and m.inputs_why == "a tensor inside a list"
+    assert not any(c.inputs_path for c in cand.cmds) and len(cand.cmds[0].seeds) == cfg.timing.round_calls
