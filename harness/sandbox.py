@@ -307,6 +307,19 @@ def _own(root: Path) -> int:
     return fd
 
 
+def _owned_root(tmp: Optional[Path], prefix: str) -> tuple[Path, int]:
+    """A new folder of this harness process's under `tmp` (None: the temporary folder), after the
+    abandoned ones there are swept: 0711 (not listable), owner-locked (`_own`: the descriptor
+    returned) and removed at exit."""
+    import atexit
+    sweep_abandoned_roots(tmp)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp))
+    os.chmod(root, 0o711)
+    fd = _own(root)
+    atexit.register(remove_tree, root)
+    return root, fd
+
+
 def sweep_abandoned_roots(tmp: Optional[Path] = None) -> list[Path]:
     """Remove the jail folders of harness processes that ended without their exit handler (killed,
     crashed): an unlocked owner file, or, made before owner files, an empty folder. A batch killed
@@ -393,12 +406,7 @@ class Jails:
         if self._base is None or not self._base.exists():
             if self._owner is not None:
                 os.close(self._owner)
-            sweep_abandoned_roots()
-            self._base = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
-            os.chmod(self._base, 0o711)  # homes reachable by their owner only, not listable
-            self._owner = _own(self._base)
-            import atexit
-            atexit.register(remove_tree, self._base)
+            self._base, self._owner = _owned_root(None, ROOT_PREFIX)  # homes reachable by their owners only
         return self._base
 
     def shared_folder(self) -> Path:
@@ -412,12 +420,7 @@ class Jails:
                     os.close(self._shared_owner)
                 shm = Path("/dev/shm")
                 tmp = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-                sweep_abandoned_roots(tmp)
-                self._shared = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX + "shared-", dir=tmp))
-                os.chmod(self._shared, 0o711)
-                self._shared_owner = _own(self._shared)
-                import atexit
-                atexit.register(remove_tree, self._shared)
+                self._shared, self._shared_owner = _owned_root(tmp, ROOT_PREFIX + "shared-")
             return self._shared
 
     def make(self, ext_dir: Optional[Path], solution: Optional[Path], memory_bytes: Optional[int] = None) -> Jail:
