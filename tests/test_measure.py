@@ -546,3 +546,19 @@ def test_on_the_cpu_path_the_reference_makes_each_rounds_inputs_while_the_candid
                           timeout=5, ref_timeout=5)
     assert m.inputs == "own" and m.inputs_why == "a tensor inside a list"
     assert not any(c.inputs_path for c in cand.cmds) and len(cand.cmds[0].seeds) == cfg.timing.round_calls
+
+
+def test_every_cpu_measurement_keeps_the_rounds_the_wall_test_needs():
+    """A further process pair is asked for timing.processes_rounds (3) rounds; the wall test needs
+    five (stats.WALL_ROUNDS), and a pair with fewer was never wall-tested: a cheat in a second process
+    only passed (tests/adversarial/cpu/timer_patch_second_process.py, with rounds of many calls). On
+    the CPU path every measurement keeps five; on a GPU, as asked."""
+    import random
+
+    import harness.timing.measure as measuring
+    from harness.timing.stats import WALL_ROUNDS
+    cfg = load_config(None, {"timing.min_calls": 4, "timing.compile_baseline": "off", "timing.cpu_served_inputs": False})
+    cand, ref = _Commands(1.0), _Commands(1.0)
+    m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=False, tol=cfg.correctness.tol["fp32"],
+                          timeout=5, ref_timeout=5, compiled=False, spans=False, min_rounds=3)
+    assert len(m.cand.rounds) == len(m.ref.rounds) == WALL_ROUNDS
