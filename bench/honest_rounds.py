@@ -42,6 +42,17 @@ def toml_of(overrides: tuple) -> str:
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in overrides)
 
 
+def _wall_margin(r: dict):
+    """The wall test's unexplained time over its floor (1.0: at the line a flag is raised), the
+    largest of the record's measurements; None where it was not run."""
+    tm = r.get("timing_method") or {}
+    # every pair's wall test as it stood, and a flagged first measurement's (confirmed away)
+    checks = list((tm.get("wall_check") or {}).values()) + [tm.get("clock_check")]
+    vals = [c["wall_unexplained_ms"] / c["wall_floor_ms"] for c in checks
+            if isinstance(c, dict) and c.get("wall_floor_ms") and c.get("wall_unexplained_ms") is not None]
+    return max(vals) if vals else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -49,6 +60,7 @@ def main() -> int:
     ap.add_argument("--solutions", default="", help="a glob of more honest solutions (solutions/<problem>/x.py)")
     ap.add_argument("--out", default=None, help="where the batch trees and runs go (default: a temporary folder)")
     ap.add_argument("--timeout", type=int, default=3000, help="seconds for each batch")
+    ap.add_argument("--only", default="", help="only the fixtures whose file name holds this")
     a = ap.parse_args()
     work = Path(a.out or tempfile.mkdtemp(prefix="honest-rounds-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -59,6 +71,7 @@ def main() -> int:
         if not found:
             raise SystemExit(f"no problem named {s.parent.name} for {s}")
         items.append((s, found[0], ()))
+    items = [it for it in items if a.only in it[0].name]
     groups: dict[tuple, list] = defaultdict(list)
     for sol, prob, over in items:
         groups[over].append((sol, prob))
@@ -86,7 +99,7 @@ def main() -> int:
     rows: dict[str, list] = defaultdict(list)
     for r in records:
         rows[Path(r["solution"]).stem.rsplit("__r", 1)[0]].append(r)
-    print(f"\n| fixture | runs | verdicts | speedup min / median / max | flags |\n|---|---:|---|---|---|")
+    print(f"\n| fixture | runs | verdicts | speedup min / median / max | wall margin max | flags |\n|---|---:|---|---|---:|---|")
     bad = 0
     for name in sorted(rows):
         rs = rows[name]
@@ -98,8 +111,9 @@ def main() -> int:
         flags = sorted({f for r in rs for f in r.get("flags", [])})
         spd = f"{min(sp):.3f} / {statistics.median(sp):.3f} / {max(sp):.3f}" if sp else "-"
         why = "; ".join(sorted({(r.get("error") or "")[:80] for r in rs if r["status"] != "passed"}))
+        margins = [m for r in rs if (m := _wall_margin(r)) is not None]
         print(f"| {name} | {len(rs)} | {', '.join(f'{s} {n}' for s, n in sorted(st.items()))}{' (' + why + ')' if why else ''}"
-              f" | {spd} | {', '.join(flags) or '-'} |")
+              f" | {spd} | {f'{max(margins):.2f}' if margins else '-'} | {', '.join(flags) or '-'} |")
     missing = len(items) * a.rounds - len(records)
     print(f"\n{len(records)} records, {bad} not passed, {missing} missing; protections: "
           f"{sorted({p for r in records for p in r.get('protections', [])})}")

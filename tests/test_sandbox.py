@@ -35,6 +35,12 @@ def _evaluate(solution: Path, problem: Path, cache: Path, sandbox: str, **overri
     return evaluate(solution, problem, cfg)
 
 
+def _unwaited(r) -> float:
+    """A CPU path's speedup as it would be had neither side waited for a CPU in its kept rounds."""
+    tm = r.timing_method
+    return r.speedup * (1 - tm.get("ref_waited_frac", 0.0)) / (1 - tm.get("cand_waited_frac", 0.0))
+
+
 def _problem_copy(d: Path) -> Path:
     p = d / "problem" / "relu_add.py"
     p.parent.mkdir()
@@ -660,7 +666,11 @@ def test_a_jailed_solution_is_held_to_as_many_cpus_as_the_reference_and_apart_fr
         assert r.status.value == "passed", (attack, r.status, r.error)
         assert r.timing_method["cpus_held"] == "cpuset", r.timing_method
         assert r.timing_method["cand_cpus_median"] <= 1.2 and "cpu_oversubscribed" not in r.flags, (attack, r.timing_method)
-        assert r.speedup < 1.3 * max(1.0, honest.speedup), (attack, r.speedup, honest.speedup)
+        # the suite's other workers share this host's CPUs: each speedup is taken back to what the
+        # sides' waits for a CPU left of it (the rounds past timing.max_runqueue_frac are re-taken,
+        # measure._judge_waits, yet a load that lasts is measured under): the reference's 46% waited
+        # inflated an honest speed to 1.75x
+        assert _unwaited(r) < 1.3 * max(1.0, _unwaited(honest)), (attack, r.speedup, honest.speedup, r.timing_method)
 
     idle = len(os.sched_getaffinity(0)) >= 2 and os.getloadavg()[0] < 0.5
     with monkeypatch.context() as mp:  # the reference's CPUs not kept from the jail: the storm reaches it

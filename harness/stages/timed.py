@@ -281,6 +281,11 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         # side waited in is taken again: timing.max_runqueue_frac)
         if not ctx.cuda and waited > cfg.timing.max_reference_wait_frac:
             ctx.flag("reference_contended")
+    if m.cand_wall_ms > 0:  # the other side of it: the candidate's times inflated, its speedup understated
+        waited = m.cand_waited_ms / m.cand_wall_ms
+        ctx.res.timing_method["cand_waited_frac"] = round(waited, 4)
+        if waited > cfg.timing.max_reference_wait_frac:
+            ctx.flag("candidate_contended")
     if m.cand_cpus:  # CPU path, jailed: the candidate's CPUs at once, against the reference's cpu_threads
         used = statistics.median(m.cand_cpus)
         ctx.res.timing_method["cand_cpus_median"] = round(used, 2)
