@@ -91,6 +91,8 @@ class Timing(_Section):
     max_reference_wait_frac: float = Field(0.1, ge=0, le=1)
     cpu_served_inputs: bool = True
     served_inputs_max_mb: float = Field(1024.0, gt=0)
+    cpu_clocked: Literal["auto", "on", "off"] = "auto"
+    cpu_clocked_below_ms: float = Field(1.0, ge=0)
     min_rounds: int = Field(5, ge=1)
     # the process-bias model (timing.process_bias_us, processes_for): configs/advanced.toml says
     # what each term is and where its value was measured
@@ -129,6 +131,8 @@ class Hardening(_Section):
     wall_overhead_share: float = 0.2
     cpu_wall_rel: float = 0.2
     cpu_wall_overhead_share: float = 0.1
+    cpu_clock_abs_ms: float = 0.05
+    cpu_clock_rel: float = 0.5
     clock_check_confirmations: int = Field(2, ge=1)
 
 

@@ -365,6 +365,8 @@ class Jails:
         self._reads: set[str] = set()  # build caches, besides what every jail reads (reads)
         self._shared: Optional[Path] = None
         self._shared_owner: Optional[int] = None
+        self._private: Optional[Path] = None
+        self._private_owner: Optional[int] = None
 
     def reads(self, path) -> None:
         """Every jail made from now on reads `path` (a build cache: its precompiled headers), even
@@ -422,6 +424,19 @@ class Jails:
                 tmp = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
                 self._shared, self._shared_owner = _owned_root(tmp, ROOT_PREFIX + "shared-")
             return self._shared
+
+    def private_folder(self) -> Path:
+        """Where the harness keeps a clocked round's files that no jail may read (its inputs before
+        their calls, the outputs the clock took: timing.clocked): one folder per harness process,
+        0700, beside the jails' homes (the same file system as a candidate's slots file, so both
+        sides' are alike)."""
+        with self._lock:
+            if self._private is None or not self._private.exists():
+                if self._private_owner is not None:
+                    os.close(self._private_owner)
+                self._private, self._private_owner = _owned_root(None, ROOT_PREFIX + "private-")
+                os.chmod(self._private, 0o700)
+            return self._private
 
     def make(self, ext_dir: Optional[Path], solution: Optional[Path], memory_bytes: Optional[int] = None) -> Jail:
         """A fresh uid, its home, and (given the solution's file) a copy of the solution it may read

@@ -372,15 +372,24 @@ class Runner:
         from ..timing.loop import time_calls
         return time_calls(self, cmd.seeds, warmup=cmd.warmup, flush_l2=cmd.flush_l2, flush_method=cmd.flush_method, npos=cmd.sample_positions,
                           hold_us=cmd.hold_us, spans=cmd.spans,
-                          variant=cmd.variant, graph=cmd.cuda_graph, inputs_path=cmd.inputs_path)
+                          variant=cmd.variant, graph=cmd.cuda_graph, inputs_path=cmd.inputs_path,
+                          slots_path=cmd.slots_path, prints_of=cmd.prints_of, clock_timeout_s=cmd.clock_timeout_s)
 
     def serve_inputs(self, cmd) -> dict:
-        """The reference's process only: a round's inputs for both sides (timing.inputs)."""
+        """The reference's process only: a round's inputs for both sides (timing.inputs), and for a
+        clocked round its slots (timing.clocked)."""
+        from ..timing.clocked import Unclockable, prepare
         from ..timing.inputs import Unservable, write_round
         try:
-            return write_round(self, cmd.seeds, cmd.path, cmd.max_bytes)
+            if cmd.clocked is None:
+                return write_round(self, cmd.seeds, cmd.path, cmd.max_bytes)
+            c = cmd.clocked
+            return prepare(self, cmd.seeds, cmd.path, [(c.cand_slots, c.cand_owner), (c.ref_slots, None)],
+                           [c.cand_snap, c.ref_snap], cmd.max_bytes)
         except Unservable as e:
             return {"unservable": str(e)}
+        except Unclockable as e:
+            return {"unclockable": str(e)}
 
 
 class InterfaceError(Exception):

@@ -152,6 +152,7 @@ class Worker:
         # request of another thread in flight at the same moment never sets it
         self.out_of_step = False
         self.groups: list[str] = []  # its jail's control groups (cgroups.py): frozen with it in pause()
+        self.jail = None  # its Jail, where it has one (a clocked round's slots go in its home: timing.clocked)
         self.unfrozen = 0  # pauses after which its groups were still freezing at FREEZE_WAIT_S
         if setup is not None:
             self._send_setup(setup)  # validated above
@@ -189,6 +190,7 @@ class Worker:
 
     def _send_setup(self, setup: Setup) -> None:
         self.groups = list(setup.jail.cgroups) if setup.jail is not None else []
+        self.jail = setup.jail
         self._send_line(setup.model_dump_json())
 
     # -- channel ---------------------------------------------------------------------------------

@@ -148,16 +148,33 @@ class TimeCommand(_Strict):
     spans: bool = False  # also each call's kernel span, from CUPTI's records (timing.loop.call_work)
     # the round's inputs, made by the reference's process (timing.inputs): None, each side makes its own
     inputs_path: Optional[str] = None
+    # a clocked round (timing.clocked): the side's slots file, which a clock process fills and times;
+    # to the reference, also the candidate's outputs the clock snapped, to fingerprint
+    slots_path: Optional[str] = None
+    prints_of: Optional[str] = None
+    clock_timeout_s: float = 60.0
+
+
+class ClockedFiles(_Strict):
+    """A clocked round's files besides its inputs (timing.clocked.prepare): each side's slots, and
+    where the clock leaves each side's outputs; the candidate's slots given to its jail's uid and gid."""
+
+    cand_slots: str
+    ref_slots: str
+    cand_snap: str
+    ref_snap: str
+    cand_owner: Optional[tuple[int, int]] = None
 
 
 class InputsCommand(_Strict):
     """To the reference's process: make inputs for `seeds`, in order, into a new file at `path`, until
-    it holds `max_bytes` (timing.inputs.write_round)."""
+    it holds `max_bytes` (timing.inputs.write_round); for a clocked round, its other files too."""
 
     op: Literal["inputs"] = "inputs"
     seeds: list[int]
     path: str
     max_bytes: int
+    clocked: Optional[ClockedFiles] = None
 
 
 class LintCommand(_Strict):
@@ -289,6 +306,7 @@ class TimeReply(Reply):
     span_launches: list[int] = Field(default_factory=list)
     span_why: Optional[str] = None  # spans asked for and CUPTI not had: why (cupti.KernelRecorder.open)
     fingerprints: list[list[float]] = Field(default_factory=list)
+    other_fingerprints: list[list[float]] = Field(default_factory=list)  # TimeCommand.prints_of's
     clocks_mhz: list[int] = Field(default_factory=list)
     max_clock_mhz: Optional[int] = None
     l2_reset: Optional[bool] = None
@@ -323,6 +341,7 @@ class InputsReply(Reply):
     calls: int = 0  # the first `calls` seeds' inputs are in the file
     bytes: int = 0
     unservable: Optional[str] = None  # why not (timing.inputs.Unservable): each side makes its own
+    unclockable: Optional[str] = None  # a clocked round asked for and why not (timing.clocked.Unclockable)
 
 
 AnyReply = Annotated[Union[LoadReply, StandbyReply, PrimeReply, BuildReply, TrialsReply, JudgeReply, ReleaseReply, TimeReply, LintReply,
@@ -336,3 +355,26 @@ REPLY_FOR = {cls.model_fields["op"].default: cls for cls in (LoadReply, StandbyR
 def failed(op: str, error_kind: str, error: str) -> Reply:
     """The reply to `op` that says it failed."""
     return REPLY_FOR[op](ok=False, error_kind=error_kind, error=error)
+
+
+class ClockCommand(_Strict):
+    """To a clock process (timing.clocked.serve): clock `calls` calls of the side on `slots`."""
+
+    source: str
+    slots: str
+    layout: str  # a file of the same layout as `slots` that no jail can write: the layout is read there
+    snap: str
+    calls: int
+    pid: int  # the side's process, whose outputs the clock reads (process_vm_readv)
+    cpu: Optional[int] = None
+    timeout_s: float
+    owner_uid: Optional[int] = None  # the slots file's owner (the candidate's jail); root's where None
+    truncate_slots: bool = False  # empty the slots file at the end, through the descriptor opened
+
+
+class ClockReply(_Strict):
+    ok: bool
+    opened: bool = False  # the files are open: the side may run (a first reply, before the times)
+    times_ms: list[float] = Field(default_factory=list)
+    error: Optional[str] = None
+    unreadable: bool = False  # the side's memory cannot be read here: clocked rounds are off

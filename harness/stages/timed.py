@@ -46,6 +46,7 @@ class PairTimer:
         self.quiet_flags: list[str] = []
         self.record_spans: Optional[list] = None  # the first pair's kernel-span decision
         self.first_hold: Optional[float] = None   # the first pair's launch hold, for further pairs
+        self.first_clocked: Optional[bool] = None  # whether the first pair's rounds were clocked (CPU path)
         self.gpu = (ctx.env_extra or {}).get("CUDA_VISIBLE_DEVICES")  # the batch slot's GPU; else ours
         self.compiled = True  # the first pair times torch.compile(Model) too (unless its time is cached)
         # a GPU left busy by a stopped neighbour: when first seen, how long to wait for its own
@@ -94,7 +95,7 @@ class PairTimer:
             further = {"compiled": self.compiled} if pair == 0 else {
                 "compiled": False, "spans": self.record_spans, "min_rounds": cfg.timing.processes_rounds,
                 "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max),
-                "hold_us": self.first_hold}
+                "hold_us": self.first_hold, "clocked": self.first_clocked}
             return measure(c, r, self.cfg, self.ref.rng, cuda=ctx.cuda, tol=ctx.tol, timeout=cfg.timeouts.run_s,
                            ref_timeout=cfg.timeouts.problem_s, gpu=self.gpu, **further)
 
@@ -200,9 +201,9 @@ class PairTimer:
         # how near every record came to the wall test's flag, flagged or not: the honest margin over
         # a corpus is what the floor (hardening.wall_rel) can be set from
         stands = again if measurements > 1 else first
-        if "wall_unexplained_ms" in stands:
+        if "wall_unexplained_ms" in stands or "clock_short_cand_ms" in stands:
             note["wall_check"] = {k: v for k, v in stands.items()
-                                  if k.startswith("wall_") or k in ("cand_median_ms", "rounds_compared", "calls_per_round")}
+                                  if k.startswith(("wall_", "clock_")) or k in ("cand_median_ms", "rounds_compared", "calls_per_round")}
         if cheats:
             self.ctx.res.timing_method.update(check_notes({pair: note}), inputs_made_by=m.inputs)
             raise Failure(Status.rejected, "reported device times do not agree with the host clocks: "
@@ -246,6 +247,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     m, note = timer.checked(cand.first, ref.worker, 0)
     if ctx.cuda:  # further pairs start under the first's launch hold, without a warm-up round
         timer.first_hold = m.hold_us
+    else:  # and on the CPU path, clocked as the first was (no warm-up round to decide it on)
+        timer.first_clocked = m.clocked
     pair_notes = {0: note} if note else {}
     spans1, _ = span_choice(m, cfg.timing)
     timer.record_spans = m.spans if ctx.cuda else None
@@ -383,6 +386,10 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "interleaved": True, "fresh_inputs_per_call": True, "warmup": t.warmup,
         # who made the timed calls' inputs: the reference's process for both sides, or each its own
         "inputs_made_by": m.inputs, **({"inputs_why_own": m.inputs_why} if m.inputs_why else {}),
+        # CPU path: each call timed by a clock process, not by the side (timing/clocked.py)
+        **({"clocked": m.clocked} if not cuda else {}), **({"clocked_why_not": m.clocked_why} if m.clocked_why else {}),
+        **({"clock_overhead_ms": round(m.clock_overhead_ms, 4), "clock_resolution_ms": round(m.clock_resolution_ms, 4)}
+           if m.clock_overhead_ms is not None else {}),
         "target_rel_sem": t.target_rel_sem, "budget_s": t.budget_s,
         "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
         "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),

@@ -16,7 +16,9 @@ _SIGNS: dict = {}
 PRINT_BUFFER_BYTES = 256 << 20  # a timing request's copies of its outputs, fingerprinted together
 
 
-def _tensors(torch, out) -> list:
+def leaf_tensors(torch, out) -> list:
+    """The tensors of a forward's output: itself, or those of a tuple or list (a subclass among them,
+    read by isinstance only)."""
     return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
 
 
@@ -126,7 +128,7 @@ def _fingerprint(torch, out, seed: int, npos: int) -> list[float]:
     reference's fingerprint for these even where sums agree; the projection's signs are fixed per
     output size (any error not orthogonal to them shows). A timing request fingerprints its calls in
     batches (OutputPrints); this is one call's."""
-    blocks = [t.detach().reshape(1, -1).to(_reduced_as(torch, t)) for t in _tensors(torch, out)]
+    blocks = [t.detach().reshape(1, -1).to(_reduced_as(torch, t)) for t in leaf_tensors(torch, out)]
     return _prints(torch, blocks, [seed], npos)[0]
 
 
@@ -151,7 +153,7 @@ class OutputPrints:
 
     def add(self, out, seed: int) -> None:
         torch = self.torch
-        ts = _tensors(torch, out)
+        ts = leaf_tensors(torch, out)
         layout = [(t.numel(), _reduced_as(torch, t), t.device) for t in ts]
         if self.seeds and (layout != self.layout or len(self.seeds) == self.bufs[0].shape[0]):
             self.flush()

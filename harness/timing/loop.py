@@ -1,7 +1,8 @@
 """The child's timing loop (`time_calls`).
 
 One timed call per seed, each on fresh inputs generated from that seed in fresh buffers (on the CPU
-path, read from the round's file the reference's process made: inputs.py), L2 flushed
+path, read from the round's file the reference's process made: inputs.py; or, for a short forward
+on the CPU, each call timed by a clock process: clocked.py), L2 flushed
 before the call (outside the measured interval), CUDA events around the call, then a device-wide
 synchronize so work on any stream has finished before the output is fingerprinted. With kernel spans
 on, each call's GPU work as CUPTI recorded it (`call_work`, `span_of`) is timed too.
@@ -174,7 +175,8 @@ def _subclassed(torch, out) -> bool:
 
 def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: int,
                flush_method: str = "read", variant: str = "eager", graph: bool = False,
-               hold_us: float = 0.0, spans: bool = False, inputs_path: str | None = None) -> dict:
+               hold_us: float = 0.0, spans: bool = False, inputs_path: str | None = None,
+               slots_path: str | None = None, prints_of: str | None = None, clock_timeout_s: float = 60.0) -> dict:
     """One timed call per seed (see the module's docstring): the time reply's lists, one entry per
     call, and the flags of what this process could not do as asked."""
     torch = runner.torch
@@ -194,6 +196,13 @@ def time_calls(runner, seeds: list[int], *, warmup: int, flush_l2: bool, npos: i
         sync = PINNED.get("synchronize", torch.cuda.synchronize)
         Event = PINNED.get("Event", torch.cuda.Event)
     now = PINNED["perf_counter"]
+    if slots_path is not None:  # a clocked round: the calls timed by the clock process (clocked.py)
+        from .clocked import side_calls, snap_prints
+        own = OutputPrints(torch, npos, len(seeds), batch=False) if runner.role == "reference" else None
+        reply = side_calls(runner, seeds, slots_path, variant, clock_timeout_s, now, own)
+        if prints_of is not None:
+            reply["other_fingerprints"] = snap_prints(runner, prints_of, seeds, npos)
+        return reply
     flush, reset_l2 = _l2_flush(torch, runner, flush_method) if cuda and flush_l2 else (None, None)
     hold = _launch_hold(torch, flags) if cuda and hold_us > 0 else None
     start, end = (Event(enable_timing=True), Event(enable_timing=True)) if cuda else (None, None)

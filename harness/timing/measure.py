@@ -16,13 +16,14 @@ import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from ..cgroups import cpu_ns
 from .fingerprint import fingerprints_match
 from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
                       steal_jiffies)
-from .stats import WALL_ROUNDS, summarize
+from .stats import WALL_ROUNDS, quantile, summarize
 
 
 def reply_spans(reply) -> list[float]:
@@ -46,6 +47,10 @@ class Side:
     # candidate's timing thread waited for a CPU while nothing else of its jail ran: 0.0 for the
     # reference and where unread)
     rounds: list[tuple[float, float, int, bool, float]] = field(default_factory=list)
+    # clocked rounds (clocked.py), per kept round: (the clock's ms summed, the side's own ms summed,
+    # calls); and per kept call, the clock's interval less the side's own (its shortfall)
+    clocked: list[tuple[float, float, int]] = field(default_factory=list)
+    short: list[float] = field(default_factory=list)
 
     def keep(self, reply, wall_s: float, quiet: bool, waited_ms: float = 0.0) -> None:
         self.times.extend(reply.times_ms)
@@ -104,6 +109,10 @@ class Measurement:
     # CPU-path speedup 2.7x (bench/results/clock-checks.md)
     ref_waited_ms: float = 0.0
     ref_wall_ms: float = 0.0
+    clocked: bool = False  # the kept rounds' calls timed by a clock process (clocked.py)
+    clocked_why: Optional[str] = None  # asked for and not had: why
+    clock_overhead_ms: Optional[float] = None  # what the clock adds to a call (_net_of_clock)
+    clock_resolution_ms: Optional[float] = None  # and its spread: no call is put under it
     cand_waited_ms: float = 0.0  # the CPU path's kept rounds: the candidate's wait for a CPU (_cand_wait_ms)
     cand_wall_ms: float = 0.0
     # who made the timed rounds' inputs: "reference" (its process, for both sides: RoundFiles) or "own"
@@ -129,37 +138,62 @@ class RoundFiles:
         self.path: Optional[str] = None
         self.served = 0  # rounds served
         self.why: Optional[str] = None
+        # clocked rounds (clocked.py): the round's inputs in a folder no jail reads, each side's
+        # slots (the candidate's in its jail's home, given to its uid), where the clock leaves outputs
+        self.clocked = False
+        self.clocked_why: Optional[str] = None
+        self.files: dict[str, str] = {}
 
     def make(self, seeds: list[int]) -> tuple[list[int], Optional[str]]:
         """The round's seeds (the first ones, as many as the file holds) and its file; or all the
         seeds and None, each side making its own."""
-        from ..records.messages import InputsCommand
+        from ..records.messages import ClockedFiles, InputsCommand
         from ..sandbox import JAILS
         self.drop()
         if not self.on:
             return seeds, None
         # named before it is asked for: a reference that fails or times out midway leaves no file
-        self.path = str(JAILS.shared_folder() / f"{secrets.token_hex(16)}.inputs")
+        name = secrets.token_hex(16)
+        clocked = None
+        if self.clocked:
+            private = JAILS.private_folder()
+            jail = getattr(self.cand, "jail", None)
+            self.files = {"cand_slots": str((Path(jail.home) if jail is not None else private) / f"{name}.slots"),
+                          "ref_slots": str(private / f"{name}.rslots"), "cand_snap": str(private / f"{name}.csnap"),
+                          "ref_snap": str(private / f"{name}.rsnap")}
+            clocked = ClockedFiles(**self.files, cand_owner=(jail.uid, jail.gid) if jail is not None else None)
+            self.path = str(private / f"{name}.inputs")
+        else:
+            self.path = str(JAILS.shared_folder() / f"{name}.inputs")
         self.cand.pause()  # (resumed when its round starts: measure)
-        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=self.path, max_bytes=self.max_bytes), self.timeout)
+        reply, _ = self.ref.request(InputsCommand(seeds=seeds, path=self.path, max_bytes=self.max_bytes, clocked=clocked),
+                                    self.timeout)
         if not reply.ok:
             raise RuntimeError(f"reference failed making a round's inputs: {reply.error}")
         if reply.unservable:
             self.on, self.why = False, reply.unservable
             self.drop()
             return seeds, None
+        if reply.unclockable:
+            self.clocked, self.clocked_why = False, reply.unclockable
+            return self.make(seeds)
         self.served += 1
         return seeds[:reply.calls], self.path
 
     def drop(self) -> None:
-        if self.path is not None:
+        for name, path in [("inputs", self.path)] + list(self.files.items()):
+            if path is None:
+                continue
             # emptied first: a side that kept it open or mapped would keep its memory (in /dev/shm,
-            # counted in no jail's cap) past the unlink
+            # counted in no jail's cap) past the unlink. Not the candidate's slots file, which lies
+            # in its home, where it may have put a link to any file in its place: the clock empties
+            # it through the descriptor it opened (clocked.clock_round), and its name is only unlinked
+            if name != "cand_slots":
+                with contextlib.suppress(OSError):
+                    os.truncate(path, 0)
             with contextlib.suppress(OSError):
-                os.truncate(self.path, 0)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            self.path = None
+                os.unlink(path)
+        self.path, self.files = None, {}
 
     def said(self) -> tuple[str, Optional[str]]:
         return ("reference" if self.served and self.on else "own"), self.why
@@ -211,6 +245,47 @@ def _cand_wait_ms(before: tuple, after: tuple) -> Optional[float]:
     if t0 is None or t1 is None:
         return None
     return _waited_alone_ms(before, after) if g0 is not None and g1 is not None else (t1[1] - t0[1]) / 1e6
+
+
+def _unclocked(m: Measurement, files: RoundFiles, reply) -> bool:
+    """A clocked round the clock could not time. Where this machine refuses it the side's memory
+    (process_vm_readv), the measurement goes on unclocked and says why (True: go on); any other
+    failure is the candidate's round's (False: the measurement ends, in error)."""
+    if reply.unreadable:
+        files.clocked, files.clocked_why = False, reply.error
+        m.cand, m.ref = Side(), Side()
+        return True
+    m.error = f"its clocked round did not complete: {reply.error}"
+    m.flags.append("runtime_error")
+    return False
+
+
+def _net_of_clock(m: Measurement) -> None:
+    """A clocked candidate's times less what the clock adds to a call (the copy of its inputs into
+    their slot, the reading of its outputs, two hand-offs), as the reference's calls measured it:
+    the median of its clock's interval less its own timer, whose process runs no solution code. The
+    reference's times are its own timer's. Both sides' copies are of the same bytes; a jailed
+    process's hand-offs cost it a few microseconds more (its system calls pass a filter), left in its
+    times. No call is put under the spread of that overhead (its interquartile range, 1 us at
+    least): a difference of two noisy numbers there is not a time, and a forward that fast reads as
+    no faster (`clock_resolution_ms`)."""
+    if not m.ref.short:
+        return
+    cal = statistics.median(m.ref.short)
+    res = max(quantile(m.ref.short, 0.75) - quantile(m.ref.short, 0.25), 0.001)
+    m.clock_overhead_ms, m.clock_resolution_ms = cal, res
+    m.cand.times = [max(x - cal, res) for x in m.cand.times]
+    m.cand.host = [max(x - cal, res) for x in m.cand.host]
+    m.cand.rounds = [(w, max(s - n * cal, n * res), n, q, wt) for w, s, n, q, wt in m.cand.rounds]
+
+
+def _a_cpu_of(worker) -> Optional[int]:
+    """One of the CPUs a side's process may run on now (its round's clock runs there: clocked.py);
+    None where unknown."""
+    try:
+        return min(os.sched_getaffinity(worker.pid))
+    except (OSError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def _note_cpu(m: Measurement, side: str, worker, cuda: bool) -> None:
@@ -361,7 +436,7 @@ def _steal_since(steal0: dict[int, int]) -> dict[int, float]:
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
             min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
-            hold_us: Optional[float] = None) -> Measurement:
+            hold_us: Optional[float] = None, clocked: Optional[bool] = None) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
     are stable or the budget is spent. `cand` and `ref` are process.worker.Worker objects with built models;
     `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
@@ -369,8 +444,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     False (one torch.compile baseline is enough), `spans` (whether to record kernel spans, without
     the rounds that decide it; whether they are reported is decided on the pooled calls), and its own
     `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
-    buy is their offsets averaged, not more calls; and the first pair's `hold_us`, which also skips
-    the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured."""
+    buy is their offsets averaged, not more calls; the first pair's `hold_us`, which also skips
+    the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured; and
+    whether its rounds were clocked (`clocked`, clocked.py; None: decided on the warm-up round)."""
     # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
     # steps that need none of them are the helpers above.
     from ..records.messages import TimeCommand
@@ -413,19 +489,42 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             warm = False
             m.max_clock_mhz = mon.max_sm if mon is not None else None
     files = RoundFiles(cand, ref, ref_timeout, t, on=not cuda and t.cpu_served_inputs)
+    files.clocked = bool(clocked) and files.on and not with_compiled
+    clock = None  # the clock process of clocked rounds (clocked.Clock), started with the first
     try:
         while True:
             seeds, inputs_path = files.make([rng.getrandbits(62) for _ in range(round_calls)])
+            ticked = bool(files.files) and inputs_path is not None  # this round clocked
             cmd = TimeCommand(seeds=seeds, warmup=t.warmup if warm else 0, flush_l2=t.flush_l2, flush_method=t.flush_method,
                               hold_us=m.hold_us, cuda_graph=m.cuda_graph, spans=m.spans or (warm and count_launches),
-                              inputs_path=inputs_path)
+                              inputs_path=None if ticked else inputs_path,
+                              slots_path=files.files["cand_slots"] if ticked else None, clock_timeout_s=timeout)
+            if ticked:
+                if clock is None or not clock.alive():
+                    from .clocked import Clock
+                    clock = Clock()
+                # the clock on the side's own CPU (clocked.py: each hands it to the other), its
+                # files open before the candidate (held meanwhile) may touch them
+                jail = getattr(cand, "jail", None)
+                if not clock.start(inputs_path, files.files["cand_slots"], files.files["ref_slots"],
+                                   files.files["cand_snap"], len(seeds), cand.pid, _a_cpu_of(cand), timeout,
+                                   owner_uid=jail.uid if jail is not None else None, truncate_slots=True):
+                    if _unclocked(m, files, clock.result):
+                        continue
+                    break
             cand.resume()  # held from its last round (RoundFiles), or running already
             s0, q0, j0 = snap(), rq(cand), _jail_state(cand)
             c_reply, c_wall = cand.request(cmd, timeout)
             j1 = _jail_state(cand)
+            c_clock = clock.finish() if ticked else None
             _note_cpu(m, "candidate", cand, cuda)
             s1, q1 = snap(), rq(cand)
+            if ticked and c_clock.unreadable and _unclocked(m, files, c_clock):
+                continue
             if _candidate_failed(m, c_reply, warm):
+                break
+            if ticked and not c_clock.ok:
+                _unclocked(m, files, c_clock)
                 break
             cand.pause()  # nothing of the candidate's runs while the reference is timed
             if getattr(cand, "unfrozen", 0):
@@ -433,8 +532,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
                 break
             try:
+                r_cmd = cmd
+                if ticked:
+                    r_cmd = cmd.model_copy(update={"slots_path": files.files["ref_slots"],
+                                                   "prints_of": files.files["cand_snap"], "clock_timeout_s": ref_timeout})
+                    if not clock.start(inputs_path, files.files["ref_slots"], files.files["ref_slots"],
+                                       files.files["ref_snap"], len(seeds), ref.pid, _a_cpu_of(ref), ref_timeout):
+                        raise RuntimeError(f"the reference's round could not be clocked: {clock.result.error}")
                 p0 = runqueue_wait_ns(ref)
-                r_reply, r_wall = ref.request(cmd, ref_timeout)
+                r_reply, r_wall = ref.request(r_cmd, ref_timeout)
+                r_clock = clock.finish() if ticked else None
                 _note_cpu(m, "reference", ref, cuda)
                 s2, p1 = snap(), runqueue_wait_ns(ref)
                 if with_compiled:
@@ -449,6 +556,17 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     cand.resume()
             if not r_reply.ok:
                 raise RuntimeError(f"reference failed while timing: {r_reply.error}")
+            own = None
+            if ticked:
+                if not r_clock.ok:
+                    raise RuntimeError(f"the reference's clocked round did not complete: {r_clock.error}")
+                # the candidate's times are the clock's (less, at the end, what the clock adds to a
+                # call: _net_of_clock), its own kept for clocks.report_check; the reference's are its
+                # own timer's, its process running no solution code; the candidate's outputs are
+                # as the clock read them, fingerprinted by the reference
+                own = (c_reply.times_ms, r_reply.times_ms)
+                c_reply = c_reply.model_copy(update={"times_ms": c_clock.times_ms, "host_ms": c_clock.times_ms,
+                                                     "fingerprints": r_reply.other_fingerprints})
             if warm and m.cuda_graph and "cuda_graph_unavailable" in r_reply.flags:
                 m.cuda_graph = False  # both sides or neither: a fair comparison first
                 m.flags.append("cuda_graph_unavailable")
@@ -466,6 +584,9 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 continue
             if warm:  # the first round's wall includes warm-up and captures; keep its samples out
                 warm = False
+                if clocked is None and files.on and not with_compiled and t.cpu_clocked != "off" and r_reply.times_ms:
+                    # a short forward's calls are clocked from the next round on (clocked.py)
+                    files.clocked = t.cpu_clocked == "on" or statistics.median(r_reply.times_ms) < t.cpu_clocked_below_ms
                 if not span_decided:
                     warm_spans = [x for x in reply_spans(r_reply) if x > 0]
                 if cuda and t.launch_hold_us == "auto" and not no_hold and hold_us is None:
@@ -499,10 +620,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 m.cand_wall_ms += c_wall * 1e3
             if not st_c["slow"]:
                 m.cand.keep(c_reply, c_wall, quiet_c, _waited_alone_ms(j0, j1))
+                if own is not None:
+                    m.cand.clocked.append((sum(c_reply.times_ms), sum(own[0]), len(own[0])))
+                    m.cand.short += [c - o for c, o in zip(c_reply.times_ms, own[0])]
                 if not cuda and j0[1] is not None and j1[1] is not None and c_wall > 0:
                     m.cand_cpus.append((j1[1] - j0[1]) / (c_wall * 1e9))
             if not st_r["slow"]:
                 m.ref.keep(r_reply, r_wall, quiet_r)  # (its waits stay in its walls: clocks._over)
+                if own is not None:
+                    m.ref.clocked.append((sum(r_clock.times_ms), sum(own[1]), len(own[1])))
+                    m.ref.short += [c - o for c, o in zip(r_clock.times_ms, own[1])]
                 m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
             if with_compiled and k_reply.ok:
                 m.compiled += k_reply.times_ms
@@ -521,7 +648,14 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     finally:
         files.drop()
         cand.resume()
+        if clock is not None:
+            clock.close()
     m.inputs, m.inputs_why = files.said()
+    # clocked only where every kept round was (a round re-made unclocked, its outputs unclockable)
+    m.clocked = bool(m.cand.clocked) and len(m.cand.clocked) == len(m.cand.rounds) and len(m.ref.clocked) == len(m.ref.rounds)
+    m.clocked_why = files.clocked_why
+    if m.clocked:
+        _net_of_clock(m)
     m.seconds = time.perf_counter() - t_start
     if steal0:
         m.host_steal_ms = _steal_since(steal0)
@@ -555,10 +689,12 @@ def pooled(ms: list[Measurement]) -> Measurement:
                       max_clock_mhz=first.max_clock_mhz, compile_error=first.compile_error,
                       span_basis_ms=first.span_basis_ms,
                       inputs="reference" if all(m.inputs == "reference" for m in ms) else "own",
-                      inputs_why=next((m.inputs_why for m in ms if m.inputs_why), None))
+                      inputs_why=next((m.inputs_why for m in ms if m.inputs_why), None),
+                      clocked=all(m.clocked for m in ms), clocked_why=next((m.clocked_why for m in ms if m.clocked_why), None),
+                      clock_overhead_ms=first.clock_overhead_ms, clock_resolution_ms=first.clock_resolution_ms)
     for m in ms:
         for mine, theirs in ((out.cand, m.cand), (out.ref, m.ref)):
-            for f in ("times", "host", "enqueue", "launch", "span", "rounds"):
+            for f in ("times", "host", "enqueue", "launch", "span", "rounds", "clocked", "short"):
                 getattr(mine, f).extend(getattr(theirs, f))
             mine.leaked += theirs.leaked
             mine.launches = mine.launches or list(theirs.launches)

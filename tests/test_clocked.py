@@ -1,0 +1,172 @@
+"""harness/timing/clocked.py: the CPU path's clocked rounds, with a fake runner in this process as
+the side and a real clock process; end to end through evaluate() with a timer-scaling attack on a
+microsecond forward."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+class _Runner:
+    """What the clocked loop and `prepare` use of a process.runner.Runner: a relu(a + b) of `n`
+    floats, seeded inputs, and a forward hook to look around with."""
+
+    def __init__(self, n: int = 4096, hook=None, sleep_s: float = 0.0):
+        self.torch, self.cache, self.n, self.hook, self.sleep_s = torch, {}, n, hook, sleep_s
+
+    def make_inputs(self, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randn(self.n, generator=g), torch.randn(self.n, generator=g), 3]
+
+    def seed_forward(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def timed_callable(self, variant: str):
+        def fn(a, b, k):
+            if self.hook is not None:
+                self.hook(a)
+            if self.sleep_s:
+                time.sleep(self.sleep_s)
+            return torch.relu(a + b) * k, a.sum()
+        return fn
+
+
+def _files(tmp_path, runner, seeds):
+    from harness.timing import clocked
+    p = {k: str(tmp_path / k) for k in ("source", "slots", "layout", "snap")}
+    made = clocked.prepare(runner, seeds, p["source"], [(p["slots"], None), (p["layout"], None)], [p["snap"]], 1 << 30)
+    assert made["calls"] == len(seeds)
+    return p
+
+
+def _clocked_round(runner, p, seeds, now=time.perf_counter):
+    """The side's loop in a thread of this process, the clock in its own: (side's reply, clock's)."""
+    from harness.timing import clocked
+    from harness.timing.fingerprint import OutputPrints
+    clock = clocked.Clock()
+    try:
+        assert clock.start(p["source"], p["slots"], p["layout"], p["snap"], len(seeds), os.getpid(), None, 30), clock.result
+        side = clocked.side_calls(runner, seeds, p["slots"], "eager", 30, now,
+                                  OutputPrints(torch, 16, len(seeds), batch=False))
+        return side, clock.finish()
+    finally:
+        clock.close()
+
+
+def test_a_clocked_round_times_each_call_on_the_clocks_side_and_snaps_its_outputs(tmp_path):
+    """Each call's interval is the clock's, and holds the forward the side timed itself; the outputs
+    the clock snapped are the side's, fingerprint for fingerprint (read as the reference's dtypes
+    and shapes)."""
+    from harness.timing import clocked
+    seeds = [11, 12, 13, 14, 15]
+    runner = _Runner()
+    p = _files(tmp_path, runner, seeds)
+    side, clock = _clocked_round(runner, p, seeds)
+    assert clock.ok, clock
+    assert len(clock.times_ms) == len(side["times_ms"]) == len(seeds)
+    assert all(c >= s > 0 for c, s in zip(clock.times_ms, side["times_ms"])), (clock, side)
+    assert clocked.snap_prints(runner, p["snap"], seeds, 16) == side["fingerprints"]
+
+
+def test_a_side_that_scales_its_own_timer_changes_nothing_the_clock_reports(tmp_path):
+    """The attack of tests/adversarial/cpu/timer_scaled_microseconds.py, in place: the side's timer
+    runs 40 times slow. Its own times shrink; the clock's are the forward's (2 ms of sleep)."""
+    seeds = [1, 2, 3]
+    runner = _Runner(sleep_s=0.002)
+    p = _files(tmp_path, runner, seeds)
+    base = time.perf_counter()
+    side, clock = _clocked_round(runner, p, seeds, now=lambda: base + (time.perf_counter() - base) / 40)
+    assert clock.ok, clock
+    assert max(side["times_ms"]) < 0.2 and min(clock.times_ms) >= 2.0, (side["times_ms"], clock.times_ms)
+
+
+def test_a_calls_inputs_reach_the_side_only_when_its_interval_starts(tmp_path):
+    """While call k runs, call k+1's slot still holds zeros: nothing of a call can be worked on
+    before the clock starts it (the clock copies its inputs in, then says go)."""
+    from harness.timing import clocked
+    seeds = [5, 6, 7, 8]
+    seen = []
+    fd_box = {}
+
+    def look(a):
+        k = len(seen)
+        if k + 1 < len(seeds):
+            head, start = fd_box["head"]
+            off, n = head["storages"][clocked.call_storages(head, k + 1)[0]]
+            seen.append(any(os.pread(fd_box["fd"], n, start + off)))
+        else:
+            seen.append(False)
+    runner = _Runner()
+    p = _files(tmp_path, runner, seeds)
+    fd_box["fd"] = os.open(p["slots"], os.O_RDONLY)
+    fd_box["head"] = clocked._header(fd_box["fd"])
+    runner.hook = look
+    try:
+        side, clock = _clocked_round(runner, p, seeds)
+    finally:
+        os.close(fd_box["fd"])
+    assert clock.ok, clock
+    assert seen == [False] * len(seeds)
+    # the look itself works: after the round every call's slot holds its inputs
+    fd = os.open(p["slots"], os.O_RDONLY)
+    try:
+        head, start = clocked._header(fd)
+        assert all(any(os.pread(fd, n, start + off)) for off, n in head["storages"])
+    finally:
+        os.close(fd)
+
+
+def test_a_side_that_never_answers_is_aborted_not_waited_for(tmp_path):
+    """A round whose side never answers ends `grace_s` after the side's request did (here: at once),
+    the clock process with it; the measurement starts another."""
+    from harness.timing import clocked
+    seeds = [1, 2]
+    p = _files(tmp_path, _Runner(), seeds)
+    clock = clocked.Clock()
+    try:
+        assert clock.start(p["source"], p["slots"], p["layout"], p["snap"], len(seeds), os.getpid(), None, 60)
+        t = time.perf_counter()
+        reply = clock.finish(grace_s=0.2)
+        assert not reply.ok and time.perf_counter() - t < 5 and not clock.alive(), reply
+    finally:
+        clock.close()
+
+
+def _evaluate(solution: str, **overrides):
+    from conftest import ROOT, make_config
+
+    from harness.evaluation import evaluate
+    return evaluate(ROOT / solution, ROOT / "tests/problems/relu_add.py", make_config(device="cpu", **overrides))
+
+
+def test_a_report_scaled_on_a_microsecond_forward_gains_nothing_once_clocked():
+    """timer_scaled_microseconds.py divides what the harness's loop reports by 40, on relu_add's
+    small size (a few microseconds a call). Timed by its own clock (`timing.cpu_clocked = "off"`) it
+    passes at 20x or more; clocked, its times are the clock's: it passes at the speed it ran (its
+    forward is the reference's). A lie as big as timer_patch_hidden.py's (3 ms a call) is named by
+    the report check: rejected, clocked."""
+    attack = "tests/adversarial/cpu/timer_scaled_microseconds.py"
+    r = _evaluate(attack, **{"timing.cpu_clocked": "off"})
+    assert r.status.value == "passed" and r.speedup > 10, (r.status, r.speedup, r.error)
+    assert r.timing_method["clocked"] is False
+    r = _evaluate(attack)
+    assert r.status.value == "passed" and r.speedup < 2.0, (r.status, r.speedup, r.flags)
+    assert r.timing_method["clocked"] is True
+    r = _evaluate("tests/adversarial/cpu/timer_patch_hidden.py")
+    assert r.status.value == "rejected" and "timer_mismatch" in r.flags, (r.status, r.speedup, r.flags)
+    checks = r.timing_method["clock_check"]
+    assert checks["clock_short_cand_ms"] - checks["clock_short_ref_ms"] > checks["clock_floor_ms"], checks
+
+
+def test_an_honest_short_forward_is_clocked_and_passes():
+    """The honest C++ relu_add: clocked ("auto": the reference's forward is microseconds), passed,
+    its timer's shortfall the reference's within the floor."""
+    r = _evaluate("tests/fixtures/cpu/honest_cpp.py")
+    assert r.status.value == "passed", (r.status, r.error)
+    assert r.timing_method["clocked"] is True, r.timing_method
+    checks = r.timing_method["wall_check"]["0"]
+    assert checks["clock_short_cand_ms"] - checks["clock_short_ref_ms"] < checks["clock_floor_ms"], checks
