@@ -26,7 +26,7 @@ class _Runner:
         torch.manual_seed(seed)
 
     def timed_callable(self, variant: str):
-        def fn(a, b, k):
+        def fn(a, b, k, *more):  # (more: a forged header's call 0, test_the_clock_takes_no_layout...)
             if self.hook is not None:
                 self.hook(a)
             if self.sleep_s:
@@ -170,3 +170,70 @@ def test_an_honest_short_forward_is_clocked_and_passes():
     assert r.timing_method["clocked"] is True, r.timing_method
     checks = r.timing_method["wall_check"]["0"]
     assert checks["clock_short_cand_ms"] - checks["clock_short_ref_ms"] < checks["clock_floor_ms"], checks
+
+
+def _rewrite_header(path: str, head: dict) -> None:
+    """What a jail may do to its own slots file: a new header, the body where it was."""
+    import pickle
+    import struct
+
+    from harness.timing import clocked
+    fd = os.open(path, os.O_RDWR)
+    try:
+        _, start = clocked._header(fd)
+        blob = pickle.dumps(head)
+        assert clocked._align(8 + len(blob)) <= start  # (fits where the old one was)
+        os.pwrite(fd, struct.pack("<Q", len(blob)) + blob, 0)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("layout_from", ["private", "slots"])
+def test_the_clock_takes_no_layout_from_the_candidates_slots_file(tmp_path, layout_from):
+    """The candidate's slots file is its own to write, header and all. A helper's attack rewrote the
+    header so that the clock copied every call's inputs in at call 0 (17.6x: it ran them all there,
+    the later calls bare hand-offs), and in another version with a pickle that ran code as root in
+    the clock (5x). The clock reads the layout from the reference's copy: call 1's slot is still
+    zeros while call 0 runs. Read from the slots file (the first version), it is filled."""
+    from harness.timing import clocked
+    seeds = [5, 6, 7]
+    runner = _Runner()
+    p = _files(tmp_path, runner, seeds)
+    fd = os.open(p["slots"], os.O_RDONLY)
+    head, start = clocked._header(fd)
+    off, n = head["storages"][clocked.call_storages(head, 1)[0]]
+    forged = dict(head, calls=[[item for call in head["calls"] for item in call]] + head["calls"][1:])
+    _rewrite_header(p["slots"], forged)
+    seen = []
+    runner.hook = lambda a: seen.append(any(os.pread(fd, n, start + off))) if not seen else None
+    layout = p["layout"] if layout_from == "private" else p["slots"]
+    clock = clocked.Clock()
+    try:
+        assert clock.start(p["source"], p["slots"], layout, p["snap"], len(seeds), os.getpid(), None, 30), clock.result
+        # (the side reads the forged header too: its call 0 is given every item, and uses three)
+        side = clocked.side_calls(runner, seeds, p["slots"], "eager", 30, time.perf_counter)
+        assert clock.finish().ok
+    finally:
+        clock.close()
+        os.close(fd)
+    assert seen == ([False] if layout_from == "private" else [True]), seen
+
+
+def test_a_slots_file_put_back_as_a_link_is_refused_and_its_target_left_alone(tmp_path):
+    """The candidate's slots file lies in its home, where it may rename it and leave a link in its
+    place. The clock opens a round's files with O_NOFOLLOW and checks each is the one made (one
+    name, its owner): a link is refused, the file it points at untouched."""
+    from harness.timing import clocked
+    seeds = [1, 2]
+    p = _files(tmp_path, _Runner(), seeds)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep" * 4096)
+    os.rename(p["slots"], str(tmp_path / "moved"))
+    os.symlink(str(victim), p["slots"])
+    clock = clocked.Clock()
+    try:
+        assert not clock.start(p["source"], p["slots"], p["layout"], p["snap"], len(seeds), os.getpid(), None, 30)
+        assert "ELOOP" in clock.result.error or "Too many levels" in clock.result.error, clock.result
+    finally:
+        clock.close()
+    assert victim.read_bytes() == b"keep" * 4096
