@@ -237,3 +237,50 @@ def test_a_slots_file_put_back_as_a_link_is_refused_and_its_target_left_alone(tm
     finally:
         clock.close()
     assert victim.read_bytes() == b"keep" * 4096
+
+
+def test_a_forward_run_from_the_seed_before_its_interval_gains_nothing(monkeypatch):
+    """seed_precompute.py rebuilds a call's inputs from the seed its forward is seeded with, before
+    the interval, and runs the forward there. Told the inputs' own seeds, its calls read as nothing
+    and it passes at several times its speed; told seeds drawn apart (measure._told_seeds), at about
+    1x (launch_chain small, its forward the reference's)."""
+    from harness.timing import measure
+    attack = "tests/adversarial/cpu/seed_precompute.py"
+
+    def run():
+        from conftest import ROOT, make_config
+
+        from harness.evaluation import evaluate
+        return evaluate(ROOT / attack, ROOT / "tests/problems/launch_chain.py", make_config(device="cpu"))
+    with monkeypatch.context() as m:
+        m.setattr(measure, "_told_seeds", lambda rng, seeds, served: seeds)
+        r = run()
+    # its forward out of the interval: a call reads as a fraction of the reference's, or as the
+    # clock's resolution, the floor no call is put under (2.1-4.5x on this loaded machine, where that
+    # floor was 8-35 us; 7.6x for a helper)
+    tm = r.timing_method
+    assert r.status.value == "passed", (r.status, r.error)
+    assert tm["cand_host_ms_median"] <= max(0.5 * tm["ref_host_ms_median"], tm["clock_resolution_ms"]), (r.speedup, tm)
+    r = run()
+    tm = r.timing_method
+    assert r.status.value == "passed" and tm["clocked"] is True, (r.status, r.error)
+    assert tm["cand_host_ms_median"] > 0.5 * tm["ref_host_ms_median"] and r.speedup < 1.5, (r.speedup, tm)
+
+
+def test_a_machine_that_refuses_the_clock_its_reads_times_unclocked_and_says_why():
+    """Where process_vm_readv is refused (EPERM: a harness not run as root under Yama's
+    ptrace_scope 1, say), the clock says `unreadable`: the measurement drops what it kept and goes
+    on unclocked, the record saying why; any other failure of a clocked round ends the measurement
+    as the candidate's error."""
+    from harness.records.messages import ClockReply
+    from harness.timing import measure
+
+    class Files:
+        clocked, clocked_why = True, None
+    m, files = measure.Measurement(), Files()
+    m.cand.times, m.ref.times = [1.0], [1.0]
+    assert measure._unclocked(m, files, ClockReply(ok=False, unreadable=True, error="process_vm_readv refused (EPERM)"))
+    assert files.clocked is False and files.clocked_why.endswith("(EPERM)") and not m.cand.times and not m.error
+    m, files = measure.Measurement(), Files()
+    assert not measure._unclocked(m, files, ClockReply(ok=False, error="TimeoutError: no call 3's end"))
+    assert files.clocked is True and "call 3's end" in m.error and m.flags == ["runtime_error"]

@@ -411,7 +411,10 @@ def test_a_jailed_solution_cannot_submit_io_that_completes_while_it_is_frozen(op
     shutil.copy(ROOT / "tests" / "problems" / "linear_relu.py", prob)
     jailed = _evaluate(ATTACKS / "io_completion_storm.py", prob, open_dir / "cache", "on", size="full")
     assert "no_async_io" in jailed.protections and jailed.status.value == "passed", (jailed.status, jailed.error)
-    assert jailed.speedup < 1.25, jailed.speedup
+    # (the suite's other workers on the reference's CPU are taken out: 1.78x under them once, with the
+    # reference waiting for its CPU: _unwaited. This attack's work is interrupt and softirq time on
+    # that CPU, which is no wait: taking the waits out leaves it in)
+    assert _unwaited(jailed) < 1.25, (jailed.speedup, jailed.timing_method.get("ref_waited_frac"))
 
 
 def test_the_jails_filter_cannot_be_passed_under_another_abi():
@@ -598,7 +601,8 @@ def test_a_helper_out_of_the_candidates_process_group_is_frozen_while_the_refere
     assert max(unfrozen) > 1.8, unfrozen  # the attack works without the freezer
     r = _evaluate(ATTACKS / "escaped_burner.py", prob, open_dir / "cache", "on", size="full")
     assert "frozen_while_other_timed" in r.protections and r.status.value == "passed", (r.error, r.log_tail)
-    assert r.speedup < 1.4, r.speedup
+    # (raw: this attack's own effect is the reference's wait for its CPU, which _unwaited takes out)
+    assert r.speedup < 1.4, (r.speedup, r.timing_method.get("ref_waited_frac"))
 
 
 @pytest.mark.skipif(not __import__("harness.cgroups", fromlist=["freezes"]).freezes(), reason="no cgroup freezer here")

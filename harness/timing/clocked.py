@@ -17,8 +17,9 @@ harness's per-call work out of the candidate's times:
   outputs lie and says done, then waits; the clock reads the outputs from the side's memory
   (process_vm_readv) into a file of its own (`snap`) and stamps the end;
 - a call's inputs reach the side only inside its interval, so nothing of a call can be done before
-  it starts; its outputs are read inside it, so nothing can be done after it ends; the interval is
-  the clock's, so the side's timer, patched or not, times nothing;
+  it starts (nor can they be rebuilt: the seeds a side is told are not the inputs',
+  measure._told_seeds); its outputs are read inside it, so nothing can be done after it ends; the
+  interval is the clock's, so the side's timer, patched or not, times nothing;
 - the clock reads the layout (which storages a call's inputs are, where outputs go) from the
   reference's slots file, never from the candidate's, which is the candidate's to write: a helper's
   attack rewrote its pickled header, ran code as root in the clock (5x), and in another version
