@@ -54,7 +54,7 @@ from typing import Optional
 ALIGN = mmap.PAGESIZE
 # control words, a cache line apart, each holding k + 1 for call k: READY (the side waits for it)
 # and DONE (it is done) written by the side, GO (it starts) and TAKEN (its outputs taken) by the
-# clock; ABORT by the parent (or the side, which only ends its own round)
+# clock; ABORT by the clock where its round fails (or by the side, which only ends its own round)
 READY, GO, DONE, ABORT, TAKEN = 0, 64, 128, 192, 256
 # where the side leaves each call's outputs' addresses for the clock to read: a count, then
 # (address, bytes) per output tensor
