@@ -284,3 +284,22 @@ def test_a_machine_that_refuses_the_clock_its_reads_times_unclocked_and_says_why
     m, files = measure.Measurement(), Files()
     assert not measure._unclocked(m, files, ClockReply(ok=False, error="TimeoutError: no call 3's end"))
     assert files.clocked is True and "call 3's end" in m.error and m.flags == ["runtime_error"]
+
+
+def test_a_lie_told_in_a_third_of_the_rounds_is_named_though_the_median_call_is_true():
+    """report_check: 5 rounds of 5 calls, the candidate's own timer short of the clock by 2.7 ms a
+    call in 2 of them (the reference's by 0.02): the median call is a true one, and on the median
+    alone it passed (timer_patch_some_rounds.py, once on CI); a third of the rounds lied in: named."""
+    from harness.config import load_config
+    from harness.timing import clocks, measure
+    m = measure.Measurement(clocked=True)
+    for lie in (0, 2.7, 0, 2.7, 0):
+        m.cand.clocked.append((5 * 3.0, 5 * (3.0 - 0.02 - lie), 5))
+        m.cand.short += [0.02 + lie] * 5
+        m.cand.times += [3.0] * 5
+        m.ref.clocked.append((5 * 0.03, 5 * 0.01, 5))
+        m.ref.short += [0.02] * 5
+    h = load_config(None, {}).hardening
+    detail: dict = {}
+    assert clocks.report_check(m, h, detail) == ["timer_mismatch"], detail
+    assert detail["clock_rounds_short"] == [2, 5] and detail["clock_short_cand_ms"] - detail["clock_short_ref_ms"] < detail["clock_floor_ms"]

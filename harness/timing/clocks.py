@@ -49,13 +49,20 @@ def report_check(m: Measurement, h, detail: Optional[dict] = None) -> list[str]:
     short_c, short_r = m.cand.short, m.ref.short  # per call
     if len(short_c) < 2 or len(short_r) < 2:
         return []
-    unexplained = statistics.median(short_c) - statistics.median(short_r)
+    ref = statistics.median(short_r)
+    unexplained = statistics.median(short_c) - ref
     # (of the clock's whole call: the copies' noise grows with the bytes copied)
     floor = max(h.cpu_clock_abs_ms, h.cpu_clock_rel * statistics.median(clk / n for clk, _, n in m.cand.clocked if n))
+    # and per round: a lie told in a third of the rounds or more is named too, where the median call
+    # is one told true (timer_patch_some_rounds.py, lying in two rounds of three, passed so once,
+    # on CI: rounds re-taken had left fewer than half its calls lied about)
+    rounds = [(clk - own) / n - ref for clk, own, n in m.cand.clocked if n]
+    lied = sum(x > floor for x in rounds)
     if detail is not None:
         detail.update(clock_short_cand_ms=round(statistics.median(short_c), 4),
-                      clock_short_ref_ms=round(statistics.median(short_r), 4), clock_floor_ms=round(floor, 4))
-    return ["timer_mismatch"] if unexplained > floor else []
+                      clock_short_ref_ms=round(ref, 4), clock_floor_ms=round(floor, 4),
+                      clock_rounds_short=[lied, len(rounds)])
+    return ["timer_mismatch"] if unexplained > floor or (len(rounds) >= 3 and 3 * lied >= len(rounds)) else []
 
 
 def clock_checks(m: Measurement, cfg, cuda: bool = True, detail: Optional[dict] = None) -> list[str]:
