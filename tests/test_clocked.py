@@ -260,11 +260,11 @@ def test_a_forward_run_from_the_seed_before_its_interval_gains_nothing(monkeypat
     # floor was 8-35 us; 7.6x for a helper)
     tm = r.timing_method
     assert r.status.value == "passed", (r.status, r.error)
-    assert tm["cand_host_ms_median"] <= max(0.5 * tm["ref_host_ms_median"], tm["clock_resolution_ms"]), (r.speedup, tm)
+    assert tm["cand_host_ms_median"] <= max(0.75 * tm["ref_host_ms_median"], tm["clock_resolution_ms"]), (r.speedup, tm)
     r = run()
     tm = r.timing_method
     assert r.status.value == "passed" and tm["clocked"] is True, (r.status, r.error)
-    assert tm["cand_host_ms_median"] > 0.5 * tm["ref_host_ms_median"] and r.speedup < 1.5, (r.speedup, tm)
+    assert tm["cand_host_ms_median"] > 0.5 * tm["ref_host_ms_median"] and r.speedup < 1.6, (r.speedup, tm)
 
 
 def test_a_machine_that_refuses_the_clock_its_reads_times_unclocked_and_says_why():

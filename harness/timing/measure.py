@@ -615,8 +615,11 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
             c_wait = None if cuda else _cand_wait_ms(j0, j1)
             if not cuda:
-                _judge_waits(m, t, (("candidate", st_c, c_wait, c_wall),
-                                    ("reference", st_r, None if p0 is None or p1 is None else (p1 - p0) / 1e6, r_wall)))
+                r_wait = None if p0 is None or p1 is None else (p1 - p0) / 1e6
+                if ticked:  # the clock's waits lengthen a side's intervals as its own do
+                    c_wait = (c_wait or 0.0) + c_clock.waited_ms
+                    r_wait = (r_wait or 0.0) + r_clock.waited_ms
+                _judge_waits(m, t, (("candidate", st_c, c_wait, c_wall), ("reference", st_r, r_wait, r_wall)))
             # A round in which a side waited for a CPU keeps its samples (dropping them would let a
             # solution pick its own rounds by making them contended) but is marked, and the host-clock
             # checks look at quiet rounds where there are enough: contention on one side looks like
