@@ -51,6 +51,8 @@ import threading
 import time
 from typing import Optional
 
+from .inputs import read_header
+
 ALIGN = mmap.PAGESIZE
 # control words, a cache line apart, each holding k + 1 for call k: READY (the side waits for it)
 # and DONE (it is done) written by the side, GO (it starts) and TAKEN (its outputs taken) by the
@@ -80,11 +82,7 @@ def _align(n: int, a: int = ALIGN) -> int:
     return -(-n // a) * a
 
 
-def _header(fd: int) -> tuple[dict, int]:
-    """A file's pickled header (the inputs file's format, timing/inputs.py) and where its body starts."""
-    (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-    head = pickle.loads(os.pread(fd, n, 8))
-    return head, _align(8 + n)
+_header = read_header  # (the inputs file's format, timing/inputs.py)
 
 
 def call_storages(head: dict, k: int) -> list[int]:

@@ -118,10 +118,8 @@ class RoundInputs:
     def __init__(self, torch, path: str):
         self.torch = torch
         self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        (n,) = struct.unpack("<Q", os.pread(self.fd, 8, 0))
-        head = pickle.loads(_pread_all(self.fd, n, 8))
+        head, self.start = read_header(self.fd)
         self.calls, self.storages = head["calls"], head["storages"]
-        self.start = -(-(8 + n) // ALIGN) * ALIGN
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -151,6 +149,14 @@ class RoundInputs:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def read_header(fd: int) -> tuple[dict, int]:
+    """A round file's pickled header and where its body starts (page-aligned after it); read only
+    from files the harness wrote (timing/clocked.py reads a candidate's slots file's layout from the
+    reference's copy)."""
+    (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+    return pickle.loads(_pread_all(fd, n, 8)), -(-(8 + n) // ALIGN) * ALIGN
 
 
 def _touch(raw) -> None:
