@@ -303,3 +303,24 @@ def test_a_lie_told_in_a_third_of_the_rounds_is_named_though_the_median_call_is_
     detail: dict = {}
     assert clocks.report_check(m, h, detail) == ["timer_mismatch"], detail
     assert detail["clock_rounds_short"] == [2, 5] and detail["clock_short_cand_ms"] - detail["clock_short_ref_ms"] < detail["clock_floor_ms"]
+
+
+def test_a_call_the_clock_was_put_off_in_does_not_make_its_round_a_lie():
+    """report_check on an honest candidate on a loaded host (CI, two test workers on two CPUs): in
+    five rounds of eight the clock lost its CPU to another process inside one call of five, 0.4 ms
+    on that call's shortfall. A round's mean call crossed the floor (0.05 ms) in each of them, and
+    honest_cpp.py was rejected; its median call is the true one."""
+    from harness.config import load_config
+    from harness.timing import clocks, measure
+    m = measure.Measurement(clocked=True)
+    for put_off in (0.4, 0, 0.4, 0.4, 0, 0.4, 0, 0.4):
+        shorts = [0.02, 0.02 + put_off, 0.02, 0.02, 0.02]
+        m.cand.clocked.append((5 * 0.06 + put_off, 5 * 0.06 - sum(shorts) + put_off, 5))
+        m.cand.short += shorts
+        m.cand.times += [0.06] * 5
+        m.ref.clocked.append((5 * 0.03, 5 * 0.01, 5))
+        m.ref.short += [0.02] * 5
+    h = load_config(None, {}).hardening
+    detail: dict = {}
+    assert clocks.report_check(m, h, detail) == [], detail
+    assert detail["clock_rounds_short"] == [0, 8]

@@ -55,8 +55,15 @@ def report_check(m: Measurement, h, detail: Optional[dict] = None) -> list[str]:
     floor = max(h.cpu_clock_abs_ms, h.cpu_clock_rel * statistics.median(clk / n for clk, _, n in m.cand.clocked if n))
     # and per round: a lie told in a third of the rounds or more is named too, where the median call
     # is one told true (timer_patch_some_rounds.py, lying in two rounds of three, passed so once,
-    # on CI: rounds re-taken had left fewer than half its calls lied about)
-    rounds = [(clk - own) / n - ref for clk, own, n in m.cand.clocked if n]
+    # on CI: rounds re-taken had left fewer than half its calls lied about). A round's median call,
+    # not its mean: the clock put off its CPU inside one call (by another process on a loaded host)
+    # lengthens that call's shortfall by the whole wait, and on CI an honest solution's rounds so
+    # crossed the floor in four and five rounds of eight
+    rounds, at = [], 0
+    for _, _, n in m.cand.clocked:
+        if n:
+            rounds.append(statistics.median_low(short_c[at:at + n]) - ref)
+        at += n
     lied = sum(x > floor for x in rounds)
     if detail is not None:
         detail.update(clock_short_cand_ms=round(statistics.median(short_c), 4),
