@@ -324,3 +324,15 @@ def test_a_call_the_clock_was_put_off_in_does_not_make_its_round_a_lie():
     detail: dict = {}
     assert clocks.report_check(m, h, detail) == [], detail
     assert detail["clock_rounds_short"] == [0, 8]
+
+
+def test_clocked_rounds_are_not_taken_again_for_waits():
+    """A side waits behind its clock at each hand-off: an honest clocked round's timing thread waited
+    for a CPU over 20% of its wall, past `max_runqueue_frac` (5%), and every round was taken again
+    until the cap (19 rounds where 9 do). Clocked rounds are not judged on waits (measure.py; a busy
+    loop on either side's CPU moved no clocked speedup), and the record says no round was re-taken."""
+    r = _evaluate("tests/fixtures/cpu/honest_cpp.py", **{"timing.cpu_clocked": "on"})
+    assert r.status.value == "passed", (r.status, r.error)
+    assert r.timing_method["clocked"] is True
+    assert r.timing_method["rounds_retaken"] == [], r.timing_method["rounds_retaken"]
+    assert "cand_waited_frac" not in r.timing_method and "ref_waited_frac" not in r.timing_method

@@ -89,7 +89,6 @@ def test_throttled_rounds_are_judged_on_the_parents_readings(monkeypatch):
     assert m.retaken == ["candidate: thermal_limited"], m.retaken
     assert m.throttled == 10
     assert len(m.cand.times) == len(m.ref.times) - 10  # the claimed 100 MHz dropped nothing
-    assert measuring.gpu_summary(m)["rounds_retaken"] == ["candidate: thermal_limited"]
     assert "throttled" not in m.flags
 
 

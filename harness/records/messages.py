@@ -376,6 +376,5 @@ class ClockReply(_Strict):
     ok: bool
     opened: bool = False  # the files are open: the side may run (a first reply, before the times)
     times_ms: list[float] = Field(default_factory=list)
-    waited_ms: float = 0.0  # the clock's own wait for its CPU over the round (clocked._waited_ns)
     error: Optional[str] = None
     unreadable: bool = False  # the side's memory cannot be read here: clocked rounds are off

@@ -394,6 +394,7 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
         "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
         "host_contended_rounds": m.contended_rounds,
+        "rounds_retaken": m.retaken[:10],  # (throttled on a GPU, waited in for a CPU on the CPU path)
         **({"host_cpus": m.host_cpus, "host_steal_ms": m.host_steal_ms} if not cuda else {}),
         # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's
         # launching alone (enqueue), and hold, flush and forward launched (launch)

@@ -359,7 +359,7 @@ def clock_round(cmd, opened) -> list[float]:
     file is its own to write, header and all). `opened()` is called once the files are open and
     mapped: only then may the side run (the parent holds the candidate frozen until it hears so).
     The candidate's slots file is emptied through the descriptor opened here at the end, never by
-    its name. Returns each call's interval and how long the clock waited for its CPU, in ms."""
+    its name. Returns each call's interval, in ms."""
     _empty_pending()
     if cmd.cpu is not None:
         try:
@@ -403,7 +403,6 @@ def clock_round(cmd, opened) -> list[float]:
         for i in range(0, len(out), ALIGN):
             out[i] = 0
         opened()
-        waited0 = _waited_ns()
         read_desc = struct.Struct("<qq").unpack_from
         local, remote = (_Iovec * MAX_LEAVES)(), (_Iovec * MAX_LEAVES)()
         vm_read = _libc_fn("process_vm_readv")
@@ -435,7 +434,7 @@ def clock_round(cmd, opened) -> list[float]:
             t1 = now()
             words.set(TAKEN, k + 1)
             times.append((t1 - t0) / 1e6)
-        return times, (_waited_ns() - waited0) / 1e6
+        return times
     except BaseException:
         if words is not None:
             words.abort()
@@ -470,17 +469,6 @@ def _empty_pending() -> None:
         os.close(fd)
 
 
-def _waited_ns() -> int:
-    """How long this process has been runnable but not running (the kernel's schedstat): the clock
-    held off its CPU inside a side's intervals lengthens them as the side's own waits do, and the
-    round is taken again as for theirs (measure._judge_waits)."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def _libc_fn(name: str):
     global _libc
     if _libc is None:
@@ -499,8 +487,7 @@ def serve() -> None:
     for line in sys.stdin:
         cmd = ClockCommand.model_validate_json(line)
         try:
-            times, waited = clock_round(cmd, lambda: say(ClockReply(ok=True, opened=True)))
-            say(ClockReply(ok=True, times_ms=times, waited_ms=waited))
+            say(ClockReply(ok=True, times_ms=clock_round(cmd, lambda: say(ClockReply(ok=True, opened=True)))))
         except Unreadable as e:
             say(ClockReply(ok=False, unreadable=True, error=str(e)))
         except Exception as e:  # noqa: BLE001 - every failure is the round's, told to the parent
