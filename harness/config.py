@@ -92,7 +92,7 @@ class Timing(_Section):
     cpu_served_inputs: bool = True
     served_inputs_max_mb: float = Field(1024.0, gt=0)
     cpu_clocked: Literal["auto", "on", "off"] = "auto"
-    cpu_clocked_below_ms: float = Field(1.0, ge=0)
+    cpu_clocked_below_ms: float = Field(20.0, ge=0)
     min_rounds: int = Field(5, ge=1)
     # the process-bias model (timing.process_bias_us, processes_for): configs/advanced.toml says
     # what each term is and where its value was measured

@@ -162,6 +162,24 @@ def test_a_report_scaled_on_a_microsecond_forward_gains_nothing_once_clocked():
     assert checks["clock_short_cand_ms"] - checks["clock_short_ref_ms"] > checks["clock_floor_ms"], checks
 
 
+def test_a_report_scaled_by_under_a_fifth_on_a_millisecond_forward_gains_nothing_once_clocked():
+    """timer_scaled_milliseconds.py takes 13% off what the harness's loop reports, on linear_relu at
+    full size (5 ms a call), under the wall test's floor of a fifth of the call: timed by its own
+    clock it passed at 1.15-1.17x; clocked (under `cpu_clocked_below_ms`, 20 ms), its times are the
+    clock's, and its own timer is seen short of the clock by about the 13% it took off."""
+    from conftest import ROOT, make_config
+
+    from harness.evaluation import evaluate
+    attack, problem = ROOT / "tests/adversarial/cpu/timer_scaled_milliseconds.py", ROOT / "tests/problems/linear_relu.py"
+    off = evaluate(attack, problem, make_config(device="cpu", size="full", **{"timing.cpu_clocked": "off"}))
+    on = evaluate(attack, problem, make_config(device="cpu", size="full"))
+    assert off.status.value == on.status.value == "passed", (off.error, on.error)
+    assert off.timing_method["clocked"] is False and on.timing_method["clocked"] is True
+    assert off.speedup > 1.05 * on.speedup, (off.speedup, on.speedup)
+    checks = on.timing_method["wall_check"]["0"]
+    assert checks["clock_short_cand_ms"] - checks["clock_short_ref_ms"] > 0.08 * on.runtime_ms, (checks, on.runtime_ms)
+
+
 def test_an_honest_short_forward_is_clocked_and_passes():
     """The honest C++ relu_add: clocked ("auto": the reference's forward is microseconds), passed,
     its timer's shortfall the reference's within the floor."""

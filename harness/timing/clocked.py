@@ -33,9 +33,10 @@ harness's per-call work out of the candidate's times:
 A side's own times are still read: one whose timer falls short of the clock by much more than the
 reference's does is flagged `timer_mismatch` (clocks.report_check). What a candidate may still gain:
 the harness's own work inside its interval (writing the outputs' addresses, the hand-offs, at most a
-few microseconds a call), which its process may do its own way. Clocked rounds are for short
-forwards (`timing.cpu_clocked`, "auto": the reference's under `cpu_clocked_below_ms`); a longer one
-is timed as before, where the wall test sees what it could hide.
+few microseconds a call), which its process may do its own way. Clocked rounds are for forwards
+under `cpu_clocked_below_ms` (`timing.cpu_clocked`, "auto": the reference's, 20 ms); a longer one is
+timed as before, where the wall test sees a report scaled by over a fifth (its inputs' and outputs'
+copies in every interval cost more there than the rest of the hole they would close).
 """
 from __future__ import annotations
 
