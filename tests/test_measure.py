@@ -522,7 +522,7 @@ def test_on_the_cpu_path_the_reference_makes_each_rounds_inputs_while_the_candid
     import random
 
     import harness.timing.measure as measuring
-    cfg = load_config(None, {"timing.compile_baseline": "off"})
+    cfg = load_config(None, {"timing.compile_baseline": "off", "timing.cpu_clocked": "off"})  # (clocked: test_clocked.py)
     log: list = []
     cand, ref = _Held(1.0, log), _Serving(1.0, log, calls=3)
     m = measuring.measure(cand, ref, cfg, random.Random(0), cuda=False, tol=cfg.correctness.tol["fp32"],

@@ -376,5 +376,6 @@ class ClockReply(_Strict):
     ok: bool
     opened: bool = False  # the files are open: the side may run (a first reply, before the times)
     times_ms: list[float] = Field(default_factory=list)
+    ran_ms: float = 0.0  # the CPU time it used over the round (its side waits behind it)
     error: Optional[str] = None
     unreadable: bool = False  # the side's memory cannot be read here: clocked rounds are off

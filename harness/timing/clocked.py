@@ -360,7 +360,8 @@ def clock_round(cmd, opened) -> list[float]:
     file is its own to write, header and all). `opened()` is called once the files are open and
     mapped: only then may the side run (the parent holds the candidate frozen until it hears so).
     The candidate's slots file is emptied through the descriptor opened here at the end, never by
-    its name. Returns each call's interval, in ms."""
+    its name. Returns each call's interval and the CPU time the clock used over the round, in ms
+    (its side waits behind it: measure._clocked_wait)."""
     _empty_pending()
     if cmd.cpu is not None:
         try:
@@ -404,6 +405,9 @@ def clock_round(cmd, opened) -> list[float]:
         for i in range(0, len(out), ALIGN):
             out[i] = 0
         opened()
+        stat = os.open("/proc/self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(stat)
+        ran0 = _ran_ns(stat)
         read_desc = struct.Struct("<qq").unpack_from
         local, remote = (_Iovec * MAX_LEAVES)(), (_Iovec * MAX_LEAVES)()
         vm_read = _libc_fn("process_vm_readv")
@@ -435,7 +439,7 @@ def clock_round(cmd, opened) -> list[float]:
             t1 = now()
             words.set(TAKEN, k + 1)
             times.append((t1 - t0) / 1e6)
-        return times
+        return times, (_ran_ns(stat) - ran0) / 1e6
     except BaseException:
         if words is not None:
             words.abort()
@@ -470,6 +474,14 @@ def _empty_pending() -> None:
         os.close(fd)
 
 
+def _ran_ns(fd: int) -> int:
+    """This process's time on a CPU (the kernel's schedstat, open on `fd`)."""
+    try:
+        return int(os.pread(fd, 128, 0).split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _libc_fn(name: str):
     global _libc
     if _libc is None:
@@ -488,7 +500,8 @@ def serve() -> None:
     for line in sys.stdin:
         cmd = ClockCommand.model_validate_json(line)
         try:
-            say(ClockReply(ok=True, times_ms=clock_round(cmd, lambda: say(ClockReply(ok=True, opened=True)))))
+            times, ran = clock_round(cmd, lambda: say(ClockReply(ok=True, opened=True)))
+            say(ClockReply(ok=True, times_ms=times, ran_ms=ran))
         except Unreadable as e:
             say(ClockReply(ok=False, unreadable=True, error=str(e)))
         except Exception as e:  # noqa: BLE001 - every failure is the round's, told to the parent

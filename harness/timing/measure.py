@@ -408,6 +408,20 @@ def _retakes(t) -> int:
     return 2 * t.min_rounds + 10
 
 
+# clocked rounds of a reference's median call under this many ms are not judged on waits (above)
+CLOCKED_WAITS_FROM_MS = 1.0
+
+
+def _clocked_wait(side_ms: Optional[float], clock) -> Optional[float]:
+    """A clocked round's wait for a CPU: the side's (`side_ms`: for the candidate, while nothing else
+    of its jail ran, _cand_wait_ms) less the CPU time its clock used over the round. The two share one
+    CPU and hand it to each other, and the side waits behind its clock at each hand-off: 20-50% of an
+    honest round's wall on a microsecond forward, and every round was re-taken for it."""
+    if side_ms is None:
+        return None
+    return max(0.0, side_ms - clock.ran_ms)
+
+
 def _judge_waits(m: Measurement, t, waits: tuple) -> None:
     """The CPU path's times are host walls, and a side's wait for a CPU is in them: a round in which
     a side's timing thread waited for over `max_runqueue_frac` of its wall is re-taken by the next
@@ -619,13 +633,17 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     continue
             _drop_unavailable_spans(m, c_reply, r_reply)
             st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
-            # A clocked round is not judged on waits: a side waits behind its clock at each hand-off
-            # (20-50% of an honest round's wall), and its calls, tens of microseconds each, are
-            # rarely the ones a host's other process lands in, which the median call leaves out (a
-            # busy loop on either side's CPU moved no clocked speedup: bench/results/clock-checks.md)
-            c_wait = None if cuda or ticked else _cand_wait_ms(j0, j1)
-            r_wait = None if ticked or p0 is None or p1 is None else (p1 - p0) / 1e6
-            if not cuda and not ticked:
+            c_wait = None if cuda else _cand_wait_ms(j0, j1)
+            r_wait = None if p0 is None or p1 is None else (p1 - p0) / 1e6
+            if ticked and r_reply.times_ms and statistics.median(r_reply.times_ms) < CLOCKED_WAITS_FROM_MS:
+                # calls far shorter than a scheduler's slice: the few a host's other process lands
+                # in are left out by the median call, where waits that are the clock's own hand-offs
+                # (a share of such a call) would re-take every round (a busy loop on either side's
+                # CPU moved no clocked speedup of a 7 us forward: bench/results/clock-checks.md)
+                c_wait = r_wait = None
+            elif ticked:
+                c_wait, r_wait = _clocked_wait(c_wait, c_clock), _clocked_wait(r_wait, r_clock)
+            if not cuda:
                 _judge_waits(m, t, (("candidate", st_c, c_wait, c_wall), ("reference", st_r, r_wait, r_wall)))
             # A round in which a side waited for a CPU keeps its samples (dropping them would let a
             # solution pick its own rounds by making them contended) but is marked, and the host-clock

@@ -1,12 +1,14 @@
 # expect: status=rejected flags=timer_mismatch,no_custom_kernel
 # problem: tests/problems/costly_inputs.py
+# config: timing.cpu_clocked=off
 # No timer touched: the forward is done where this process is handed its inputs, and the timed
 # forward returns it after a short spin. Whichever way the inputs arrive (made here by the problem's
 # get_inputs, or read from the round's file the reference's process made), the work stays inside the
 # parent's wall for the round and outside the reported interval. Where each side makes its own
 # inputs, that making (85 ms a call here) dwarfs the 2.5 ms forward and hides it; read from the
 # reference's file, the overhead is a copy, and the forward shows
-# (tests/test_inputs.py runs it both ways).
+# (tests/test_inputs.py runs it both ways). Timed unclocked, as a forward over
+# timing.cpu_clocked_below_ms is: clocked, its inputs reach it only inside each call's interval.
 import importlib
 import time as _t
 
