@@ -611,7 +611,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             if warm:  # the first round's wall includes warm-up and captures; keep its samples out
                 warm = False
                 if clocked is None and files.on and not with_compiled and t.cpu_clocked != "off" and r_reply.times_ms:
-                    # a short forward's calls are clocked from the next round on (clocked.py)
+                    # a forward under cpu_clocked_below_ms is clocked from the next round on (clocked.py)
                     files.clocked = t.cpu_clocked == "on" or statistics.median(r_reply.times_ms) < t.cpu_clocked_below_ms
                     if files.clocked and not ticked:
                         # and the first clocked round is a warm-up too: its calls ran 1.5-2.5x the
