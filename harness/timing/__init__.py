@@ -1,7 +1,7 @@
 """Timing a candidate against its reference. Where to find what:
 
 - the child's timing loop (one timed call per seed, events and kernel spans): timing/loop.py
-- the CPU path's clocked rounds (a short forward's calls timed by a clock process): timing/clocked.py
+- the CPU path's clocked rounds (a forward's calls, under 20 ms, timed by a clock process): timing/clocked.py
 - the parent's measurement (alternating rounds, warm-up, pooling process pairs): timing/measure.py
 - statistics and the process-bias model (how many processes a side is timed in): timing/stats.py
 - the host-clock cross-checks of a measurement (unsynced_stream, timer_mismatch): timing/clocks.py

@@ -1,4 +1,4 @@
-"""The CPU path's clocked rounds: each call of a short forward timed by a trusted process's clock.
+"""The CPU path's clocked rounds: each call of a forward under 20 ms timed by a trusted clock.
 
 A side's own timer is the side's word, and the parent's wall around a round holds the harness's
 per-call work too (inputs mapped, outputs fingerprinted: about 0.1 ms a call on a CPU), whose noise

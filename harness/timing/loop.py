@@ -1,7 +1,7 @@
 """The child's timing loop (`time_calls`).
 
 One timed call per seed, each on fresh inputs generated from that seed in fresh buffers (on the CPU
-path, read from the round's file the reference's process made: inputs.py; or, for a short forward
+path, read from the round's file the reference's process made: inputs.py; or, for a forward under 20 ms
 on the CPU, each call timed by a clock process: clocked.py), L2 flushed
 before the call (outside the measured interval), CUDA events around the call, then a device-wide
 synchronize so work on any stream has finished before the output is fingerprinted. With kernel spans
