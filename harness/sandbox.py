@@ -404,26 +404,34 @@ class Jails:
                 self._groups[key] = _kept_group(ext_dir.parent / ".groups", ext_dir.name)
             return self._groups[key]
 
+    def _kept(self, path_attr: str, owner_attr: str, parent: Optional[Path], prefix: str,
+              mode: Optional[int] = None) -> Path:
+        """The folder held in `path_attr` (its owner lock's descriptor in `owner_attr`), made again
+        (under `parent`, given `mode`) where it went missing."""
+        path = getattr(self, path_attr)
+        if path is None or not path.exists():
+            owner = getattr(self, owner_attr)
+            if owner is not None:
+                os.close(owner)
+            path, owner = _owned_root(parent, prefix)
+            if mode is not None:
+                os.chmod(path, mode)
+            setattr(self, path_attr, path)
+            setattr(self, owner_attr, owner)
+        return path
+
     def _root(self) -> Path:
-        if self._base is None or not self._base.exists():
-            if self._owner is not None:
-                os.close(self._owner)
-            self._base, self._owner = _owned_root(None, ROOT_PREFIX)  # homes reachable by their owners only
-        return self._base
+        return self._kept("_base", "_owner", None, ROOT_PREFIX)  # homes reachable by their owners only
 
     def shared_folder(self) -> Path:
         """Where the harness leaves files a jail may read by name only (a round's inputs, made by the
         reference's process: timing.inputs): one folder per harness process, in memory (/dev/shm)
         where there is one, 0711 (no jail may list it), its files the harness's (none may write
         them), bound back read-only into every jail's view."""
+        shm = Path("/dev/shm")
+        tmp = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
         with self._lock:
-            if self._shared is None or not self._shared.exists():
-                if self._shared_owner is not None:
-                    os.close(self._shared_owner)
-                shm = Path("/dev/shm")
-                tmp = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-                self._shared, self._shared_owner = _owned_root(tmp, ROOT_PREFIX + "shared-")
-            return self._shared
+            return self._kept("_shared", "_shared_owner", tmp, ROOT_PREFIX + "shared-")
 
     def private_folder(self) -> Path:
         """Where the harness keeps a clocked round's files that no jail may read (its inputs before
@@ -431,12 +439,7 @@ class Jails:
         0700, beside the jails' homes (the same file system as a candidate's slots file, so both
         sides' are alike)."""
         with self._lock:
-            if self._private is None or not self._private.exists():
-                if self._private_owner is not None:
-                    os.close(self._private_owner)
-                self._private, self._private_owner = _owned_root(None, ROOT_PREFIX + "private-")
-                os.chmod(self._private, 0o700)
-            return self._private
+            return self._kept("_private", "_private_owner", None, ROOT_PREFIX + "private-", 0o700)
 
     def make(self, ext_dir: Optional[Path], solution: Optional[Path], memory_bytes: Optional[int] = None) -> Jail:
         """A fresh uid, its home, and (given the solution's file) a copy of the solution it may read

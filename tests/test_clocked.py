@@ -103,7 +103,7 @@ def test_a_calls_inputs_reach_the_side_only_when_its_interval_starts(tmp_path):
     runner = _Runner()
     p = _files(tmp_path, runner, seeds)
     fd_box["fd"] = os.open(p["slots"], os.O_RDONLY)
-    fd_box["head"] = clocked._header(fd_box["fd"])
+    fd_box["head"] = clocked.read_header(fd_box["fd"])
     runner.hook = look
     try:
         side, clock = _clocked_round(runner, p, seeds)
@@ -114,7 +114,7 @@ def test_a_calls_inputs_reach_the_side_only_when_its_interval_starts(tmp_path):
     # the look itself works: after the round every call's slot holds its inputs
     fd = os.open(p["slots"], os.O_RDONLY)
     try:
-        head, start = clocked._header(fd)
+        head, start = clocked.read_header(fd)
         assert all(any(os.pread(fd, n, start + off)) for off, n in head["storages"])
     finally:
         os.close(fd)
@@ -198,7 +198,7 @@ def _rewrite_header(path: str, head: dict) -> None:
     from harness.timing import clocked
     fd = os.open(path, os.O_RDWR)
     try:
-        _, start = clocked._header(fd)
+        _, start = clocked.read_header(fd)
         blob = pickle.dumps(head)
         assert clocked._align(8 + len(blob)) <= start  # (fits where the old one was)
         os.pwrite(fd, struct.pack("<Q", len(blob)) + blob, 0)
@@ -218,7 +218,7 @@ def test_the_clock_takes_no_layout_from_the_candidates_slots_file(tmp_path, layo
     runner = _Runner()
     p = _files(tmp_path, runner, seeds)
     fd = os.open(p["slots"], os.O_RDONLY)
-    head, start = clocked._header(fd)
+    head, start = clocked.read_header(fd)
     off, n = head["storages"][clocked.call_storages(head, 1)[0]]
     forged = dict(head, calls=[[item for call in head["calls"] for item in call]] + head["calls"][1:])
     _rewrite_header(p["slots"], forged)

@@ -83,7 +83,6 @@ def _align(n: int, a: int = ALIGN) -> int:
     return -(-n // a) * a
 
 
-_header = read_header  # (the inputs file's format, timing/inputs.py)
 
 
 def call_storages(head: dict, k: int) -> list[int]:
@@ -207,7 +206,7 @@ def prepare(runner, seeds: list[int], source: str, slots: list[tuple[str, Option
         served.close()
     fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        inputs_head, _ = _header(fd)
+        inputs_head, _ = read_header(fd)
     finally:
         os.close(fd)
     head = slots_header(inputs_head, outs)
@@ -251,7 +250,7 @@ def side_calls(runner, seeds: list[int], path: str, variant: str, timeout_s: flo
     fn = runner.timed_callable(variant)
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        head, start = _header(fd)
+        head, start = read_header(fd)
         mm = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
@@ -377,8 +376,8 @@ def clock_round(cmd, opened) -> list[float]:
                                    (cmd.slots, os.O_RDWR, cmd.owner_uid), (cmd.snap, os.O_RDWR, None)):
             fds.append(_open_checked(path, flags, owner))
         sfd, lfd, dfd, pfd = fds
-        shead, sstart = _header(sfd)
-        head, start = _header(lfd)
+        shead, sstart = read_header(sfd)
+        head, start = read_header(lfd)
         size = start + head["ctrl"] + ALIGN
         if os.fstat(dfd).st_size != size:
             raise ValueError("the slots file is not the size the round made it")

@@ -39,8 +39,7 @@ def _over(rounds: list, less_waits: bool) -> list[float]:
 def report_check(m: Measurement, h, detail: Optional[dict] = None) -> list[str]:
     """Clocked rounds (clocked.py): each side's own timer against the clock's, per call. The clock's
     interval holds what the side's does not (the copy of its inputs, the reading of its outputs, two
-    hand-offs),
-    about the same on both sides, so the reference's shortfall calibrates it; a candidate whose timer
+    hand-offs), about the same on both sides, so the reference's shortfall calibrates it; a candidate whose timer
     falls short by more, past the larger of `cpu_clock_abs_ms` and `cpu_clock_rel` of its clocked
     call, reported less than it ran: `timer_mismatch`. What it reports is never used (its times are
     the clock's), so this only names a lie big enough to be told from noise: honest shortfalls

@@ -272,7 +272,8 @@ def _unclocked(m: Measurement, files: RoundFiles, reply) -> bool:
 def _net_of_clock(m: Measurement) -> None:
     """A clocked candidate's times less what the clock adds to a call (the copy of its inputs into
     their slot, the reading of its outputs, two hand-offs), as the reference's calls measured it:
-    the median of its clock's interval less its own timer, whose process runs no solution code. The
+    the lower quartile of its clock's interval less its own timer, whose process runs no solution
+    code. The
     reference's times are its own timer's. Both sides' copies are of the same bytes; a jailed
     process's hand-offs cost it a few microseconds more (its system calls pass a filter), left in its
     times. No call is put under the spread of that overhead (its interquartile range, 1 us at
@@ -283,7 +284,7 @@ def _net_of_clock(m: Measurement) -> None:
     # the lower quartile, not the median: part of the overhead is the harness's own loop in the
     # side's process, which a candidate may run leaner (a helper's: 3.6 us a call under the median)
     cal = quantile(m.ref.short, 0.25)
-    res = max(quantile(m.ref.short, 0.75) - quantile(m.ref.short, 0.25), 0.001)
+    res = max(quantile(m.ref.short, 0.75) - cal, 0.001)
     m.clock_overhead_ms, m.clock_resolution_ms = cal, res
     m.cand.times = [max(x - cal, res) for x in m.cand.times]
     m.cand.host = [max(x - cal, res) for x in m.cand.host]
