@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -140,6 +141,18 @@ def cpu_seconds(pid: int) -> Optional[float]:
         return None
 
 
+def machine_cpu() -> Optional[tuple[float, float]]:
+    """The whole machine's busy and total CPU seconds so far (/proc/stat: every state but idle and
+    iowait is busy; steal counts as busy, a VM's CPUs the host gave to others)."""
+    try:
+        with open("/proc/stat") as fh:
+            vals = [int(x) for x in fh.readline().split()[1:]]
+        tick = os.sysconf("SC_CLK_TCK")
+        return (sum(vals) - vals[3] - vals[4]) / tick, sum(vals) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def mem_available_bytes() -> Optional[int]:
     try:
         with open("/proc/meminfo") as fh:
@@ -178,12 +191,22 @@ class Peaks(threading.Thread):
         # the parent's CPU time (its threads share one interpreter lock: near one core, it is the bound)
         self.parent_cpu_s: Optional[float] = None
         self.parent_busiest: float = 0.0  # the most of one core it used over any 5 s
+        # the machine's busy cores in each 1 s window: a batch bound by the host's CPUs keeps them near
+        # os.cpu_count(); one bound elsewhere (the driver, the GPU) leaves them idle
+        self.busy_cores: list[float] = []
         self.done = threading.Event()
 
     def run(self) -> None:
         gpu_every, last_gpu = max(self.every, 2.0), 0.0
         window: list[tuple[float, float]] = []
+        last_cpu, last_cpu_at = machine_cpu(), time.monotonic()
         while not self.done.is_set():
+            if time.monotonic() - last_cpu_at >= 1.0:
+                now_cpu = machine_cpu()
+                if now_cpu is not None and last_cpu is not None and now_cpu[1] > last_cpu[1]:
+                    share = (now_cpu[0] - last_cpu[0]) / (now_cpu[1] - last_cpu[1])
+                    self.busy_cores.append(share * (os.cpu_count() or 1))
+                last_cpu, last_cpu_at = now_cpu, time.monotonic()
             cpu = cpu_seconds(self.pid)
             if cpu is not None:
                 self.parent_cpu_s = cpu
@@ -270,6 +293,9 @@ def summarize(run: Path, wall_s: float, peaks: Optional[Peaks], baseline: dict, 
         "at_peak": peaks.at_peak if peaks else None,
         "parent_cpu_s": round(peaks.parent_cpu_s, 1) if peaks and peaks.parent_cpu_s is not None else None,
         "parent_busiest_5s": round(peaks.parent_busiest, 2) if peaks else None,
+        "cores": os.cpu_count(),
+        "busy_cores_mean": round(statistics.fmean(peaks.busy_cores), 1) if peaks and peaks.busy_cores else None,
+        "busy_cores_p90": _round(_quantile(peaks.busy_cores, 0.9), 1) if peaks and peaks.busy_cores else None,
         "gpu": next((r["env"].get("gpu_name") for r in recs if r.get("env")), None),
     }
     if identity:
@@ -343,6 +369,7 @@ def markdown(s: dict) -> str:
              f"statuses {s['statuses']}; peak host memory (PSS) {s['peak_host_pss_gb']} GB, lowest available "
              f"{s['min_host_available_gb']} GB, peak GPU used {s['peak_gpu_used_gb']} GB; at the peak {s['at_peak']}; "
              f"the parent's CPU {s.get('parent_cpu_s')} s (busiest 5 s: {s.get('parent_busiest_5s')} of a core); "
+             f"the machine's busy cores {s.get('busy_cores_mean')} on average, p90 {s.get('busy_cores_p90')}, of {s.get('cores')}; "
              f"first record at {s.get('first_record_s')} s, the last {s.get('last_gap_s')} s after the one before it",
              ""]
     if "identity" in s:
@@ -434,7 +461,8 @@ def main() -> int:
                      "peak_host_pss_gb": round(peaks.rss / 2**30, 2),
                      "peak_gpu_used_gb": round(peaks.gpu / 2**30, 2) if peaks.gpu is not None else None,
                      "parent_cpu_s": round(peaks.parent_cpu_s, 1) if peaks.parent_cpu_s is not None else None,
-                     "parent_busiest_5s": round(peaks.parent_busiest, 2)})
+                     "parent_busiest_5s": round(peaks.parent_busiest, 2),
+                     "busy_cores_mean": round(statistics.fmean(peaks.busy_cores), 1) if peaks.busy_cores else None})
     seg_file.write_text(json.dumps(segments, indent=2) + "\n")
     # over several calls: the records of all, in the sum of their wall times (an evaluation cut off by a
     # call's end is done again by the next, so that time counts too)
