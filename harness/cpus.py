@@ -78,16 +78,129 @@ def plan(slots: int, cpus: Optional[list[int]] = None,
 
 
 def slot_cpus(slots: int, cpus: Optional[list[int]] = None, siblings_of=siblings,
-              mode: str = "apart") -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
+              mode: str = "apart", claim: bool = False) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
     """(per slot (the reference's timing CPU, the candidate's), the CPUs left for background work):
     two a slot from the top (`plan`); one shared by both sides where the machine cannot spare two,
-    or where `mode` ([hardening] timing_cpus) is "shared"."""
+    or where `mode` ([hardening] timing_cpus) is "shared".
+
+    `claim`: the timing CPUs are claimed for this process's life, machine-wide, and those another
+    harness process holds (with their SMT siblings) are left out of the plan, its background set
+    included. Two batches on one machine, one a GPU, otherwise both time on the top two CPUs, each
+    side beside the other batch's same side, every phase at half speed (bench/results/
+    multigpu-NVIDIA_H200.md, session 46); so does a `harness eval` beside a batch. Where too few
+    CPUs are left unclaimed, the plan is made over all of them, as without claims."""
+    cpus = available() if cpus is None else sorted(cpus)
+    if not claim:
+        return _slot_plan(slots, cpus, siblings_of, mode)
+    for _ in range(8):  # another process may claim a CPU between our look and our claim: look again
+        others = CLAIMS.held_elsewhere(cpus)
+        blocked = set().union(*(siblings_of(c) | {c} for c in others)) if others else set()
+        free = [c for c in cpus if c not in blocked]
+        if len(free) < (2 * slots if mode == "apart" else slots):
+            break
+        pairs, background = _slot_plan(slots, free, siblings_of, mode)
+        if CLAIMS.take({c for pair in pairs for c in pair if c is not None}):
+            return pairs, background
+        if not CLAIMS.last_refused:
+            break
+    return _slot_plan(slots, cpus, siblings_of, mode)
+
+
+def _slot_plan(slots: int, cpus: list[int], siblings_of, mode: str
+               ) -> tuple[list[tuple[Optional[int], Optional[int]]], Optional[set[int]]]:
     if mode == "apart":
         timing, background = plan(2 * slots, cpus, siblings_of)
         if background is not None and None not in timing:
             return [(timing[2 * i], timing[2 * i + 1]) for i in range(slots)], background
     timing, background = plan(slots, cpus, siblings_of)
     return [(t, t) for t in timing], background
+
+
+class Claims:
+    """Timing CPUs claimed machine-wide by the harness processes of this user: an exclusive lock on a
+    file per CPU (flock, in `HARNESS_CPU_CLAIMS` or the temporary folder's `harness-cpus-<uid>`),
+    held open by the claiming process and so let go when it ends, however it ends."""
+
+    def __init__(self):
+        self.held: dict[int, int] = {}  # cpu -> the descriptor holding its lock
+        self.last_refused = False
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def folder() -> Optional[str]:
+        import tempfile
+        path = os.environ.get("HARNESS_CPU_CLAIMS") or os.path.join(tempfile.gettempdir(), f"harness-cpus-{os.getuid()}")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            st = os.stat(path)
+        except OSError:
+            return None
+        # another user's folder, or one others may write, is not ours to trust
+        return path if st.st_uid == os.getuid() and not st.st_mode & 0o022 else None
+
+    def _try(self, cpu: int) -> Optional[int]:
+        import fcntl
+        folder = self.folder()
+        if folder is None:
+            return None
+        try:
+            fd = os.open(os.path.join(folder, f"cpu{cpu}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            os.close(fd)
+            return -1
+
+    def held_elsewhere(self, cpus: Iterable[int]) -> set[int]:
+        """The CPUs of `cpus` another process holds a claim on."""
+        import fcntl
+        out = set()
+        with self._lock:
+            for c in cpus:
+                if c in self.held:
+                    continue
+                fd = self._try(c)
+                if fd is None:
+                    return set()  # no folder to claim in: nobody's claims are seen
+                if fd < 0:
+                    out.add(c)
+                else:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+        return out
+
+    def take(self, cpus: set[int]) -> bool:
+        """Claim `cpus` (and let go of this process's other claims); False if another process got
+        one of them first (`last_refused`) or there is no folder to claim in (nothing held then)."""
+        with self._lock:
+            self.last_refused = False
+            got = {}
+            for c in sorted(cpus):
+                if c in self.held:
+                    continue
+                fd = self._try(c)
+                if fd is None or fd < 0:
+                    for f in got.values():
+                        os.close(f)
+                    self.last_refused = fd is not None
+                    return False
+                got[c] = fd
+            for c in [c for c in self.held if c not in cpus]:
+                os.close(self.held.pop(c))
+            self.held.update(got)
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            for fd in self.held.values():
+                os.close(fd)
+            self.held.clear()
+
+
+CLAIMS = Claims()
 
 
 def reference_cpus(pairs: Iterable[tuple[Optional[int], Optional[int]]], siblings_of=siblings) -> set[int]:

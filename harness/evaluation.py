@@ -50,9 +50,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     it (batch sharing): untimed phases run beside other evaluations' phases, timing has the device
     to itself. `hold`: its share of a batch's memory (memory.Admission), else it has the machine."""
     cfg = config or load_config()
-    if gate is None:
-        (ref_cpu, cand_cpu), = cpus.slot_cpus(1, mode=cfg.hardening.timing_cpus)[0]
-        gate = SoloGate(timing_cpu=ref_cpu, cand_cpu=cand_cpu)
+    own_gate = gate is None
+    if own_gate:
+        gate = SoloGate()  # its timing CPUs once the device is known
     t_start = time.perf_counter()
     if cfg.hardening.protect_parent:
         from .process.child import set_dumpable
@@ -69,6 +69,9 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.size = reference.size if reference else resolve_size(cfg, ctx.device)
     ctx.dtype = None if cfg.dtype == "auto" else cfg.dtype
     ctx.res.device, ctx.res.size = ctx.device, ctx.size
+    if own_gate:  # on a GPU, claimed machine-wide: a batch or another eval may be timing beside this one
+        (gate.timing_cpu, gate.cand_cpu), = cpus.slot_cpus(1, mode=cfg.hardening.timing_cpus,
+                                                           claim=ctx.device == "cuda")[0]
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)

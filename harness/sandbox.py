@@ -384,13 +384,16 @@ class Jails:
             self._off |= set(cpus)
 
     def allowed_cpus(self) -> Optional[set[int]]:
-        """Where a jail may run; None: anywhere."""
-        from .cpus import available
+        """Where a jail may run; None: anywhere. Never on the timing CPUs another harness process on
+        this machine has claimed (cpus.Claims) either: its references are timed there."""
+        from .cpus import CLAIMS, available
+        cpus = set(available())
         with self._lock:
-            if not self._off:
-                return None
-            rest = set(available()) - self._off
-        return rest or None
+            off = set(self._off)
+        off |= CLAIMS.held_elsewhere(cpus)
+        if not off:
+            return None
+        return (cpus - off) or None
 
     def group(self, ext_dir: Path) -> int:
         """The group of the solution whose build folder is `ext_dir`: drawn at random the first time

@@ -49,6 +49,123 @@ def test_a_timing_cpu_per_gpu_slot_kept_free_of_background_work():
     assert SlotRuntime(DeviceSlot("cuda:0", "cuda", {}, concurrency=4), "full", None, concurrency=4).max_sessions == 5
 
 
+@pytest.fixture
+def claims(tmp_path, monkeypatch):
+    from harness import cpus
+    monkeypatch.setenv("HARNESS_CPU_CLAIMS", str(tmp_path / "claims"))
+    cpus.CLAIMS.release()
+    yield cpus.CLAIMS
+    cpus.CLAIMS.release()
+
+
+_ELSEWHERE: list = []
+
+
+def _plan_elsewhere(*args: str) -> tuple[list, list]:
+    """slot_cpus(claim=True) in another process, which holds its claims until `_end_elsewhere`:
+    (pairs, sorted background)."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, sys; from harness import cpus; "
+            "smt = (lambda c: {c % 8, c % 8 + 8}) if 'smt' in sys.argv else (lambda c: {c}); "
+            "n = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 16; "
+            "pairs, bg = cpus.slot_cpus(int(sys.argv[1]), list(range(n)), smt, claim=True); "
+            "print(json.dumps([pairs, sorted(bg or [])]), flush=True); sys.stdin.read()")
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=os.environ, cwd=Path(__file__).resolve().parents[1])
+    _ELSEWHERE.append(p)
+    pairs, bg = json.loads(p.stdout.readline())
+    return [tuple(x) for x in pairs], bg
+
+
+def _end_elsewhere() -> None:
+    for p in _ELSEWHERE:
+        p.stdin.close()
+        p.wait(30)
+    _ELSEWHERE.clear()
+
+
+def test_two_harness_processes_on_one_machine_time_on_cpus_of_their_own(claims):
+    """Two batches on one machine, one a GPU each (or an eval beside a batch), each planned its
+    CPUs as if the machine were its own and both timed on the top two: on two H200s every phase ran
+    at half speed. Claimed machine-wide, the second plans around the first's, its builds kept off
+    them too; a process's claims end with it; one process asking again keeps what it holds."""
+    from harness import cpus
+    one = lambda c: {c}  # noqa: E731
+    try:
+        assert cpus.slot_cpus(1, list(range(16)), one, claim=True) == ([(15, 14)], set(range(14)))
+        assert cpus.slot_cpus(1, list(range(16)), one, claim=True) == ([(15, 14)], set(range(14)))
+        assert sorted(claims.held) == [14, 15]
+        pairs, bg = _plan_elsewhere("1")
+        assert pairs == [(13, 12)] and bg == list(range(12))
+        pairs, bg = _plan_elsewhere("2")  # a third, of two GPUs
+        assert pairs == [(11, 10), (9, 8)] and bg == list(range(8))
+        # without claims (the default, and the CPU path) nothing changes
+        assert cpus.slot_cpus(1, list(range(16)), one) == ([(15, 14)], set(range(14)))
+    finally:
+        _end_elsewhere()
+    claims.release()
+    try:
+        pairs, _ = _plan_elsewhere("1")  # the others' claims ended with their processes, ours let go
+        assert pairs == [(15, 14)]
+    finally:
+        _end_elsewhere()
+
+
+def test_claimed_cpus_keep_their_smt_siblings_and_too_few_left_plan_as_before(claims):
+    from harness import cpus
+    smt = lambda c: {c % 8, c % 8 + 8}  # noqa: E731
+    try:
+        pairs, _ = _plan_elsewhere("1", "smt")
+        assert pairs == [(15, 14)]
+        # 15, 14 and their siblings 7, 6 are the other's: this one plans on the 12 left
+        assert cpus.slot_cpus(1, list(range(16)), smt, claim=True) == ([(13, 12)], {0, 1, 2, 3, 8, 9, 10, 11})
+        claims.release()
+        # another of three slots: too few CPUs left for a pair apart each, so one shared each
+        # (13, 12, 11 and their siblings); what is left gives this one a shared CPU too
+        assert _plan_elsewhere("3", "smt")[0] == [(13, 13), (12, 12), (11, 11)]
+        assert cpus.slot_cpus(1, list(range(16)), smt, claim=True) == ([(10, 10)], {0, 1, 8, 9})
+    finally:
+        _end_elsewhere()
+    claims.release()
+    one = lambda c: {c}  # noqa: E731
+    try:
+        # a 3-CPU machine, two of them claimed: under a pair left, so planned over every CPU, as
+        # without claims, and nothing claimed
+        assert _plan_elsewhere("1", "3")[0] == [(2, 2)]
+        assert _plan_elsewhere("1", "3")[0] == [(1, 1)]
+        assert cpus.slot_cpus(1, [0, 1, 2], one, claim=True) == cpus.slot_cpus(1, [0, 1, 2], one) == ([(2, 2)], {0, 1})
+        assert claims.held == {}
+    finally:
+        _end_elsewhere()
+
+
+def test_no_jail_runs_on_the_timing_cpus_another_harness_process_claimed(claims):
+    """A jail's timers fire on the CPU that armed them: each process keeps its jails off its own
+    references' CPUs (sandbox.Jails.keep_off), and off those another harness process claimed."""
+    from harness import cpus
+    from harness.sandbox import Jails
+    if len(cpus.available()) < 2:
+        pytest.skip("one CPU: a jail has nowhere else to run")
+    mine = max(cpus.available())
+    assert Jails().allowed_cpus() is None  # nothing claimed, nothing kept off: anywhere
+    try:
+        code = (f"import sys; from harness import cpus; cpus.CLAIMS.take({{{mine}}}); print('held', flush=True); "
+                "sys.stdin.read()")
+        import subprocess
+        import sys
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=os.environ, cwd=Path(__file__).resolve().parents[1])
+        _ELSEWHERE.append(p)
+        assert p.stdout.readline().strip() == "held"
+        allowed = Jails().allowed_cpus()
+        assert allowed is not None and mine not in allowed and allowed == set(cpus.available()) - {mine}
+    finally:
+        _end_elsewhere()
+    assert Jails().allowed_cpus() is None
+
+
 @pytest.mark.parametrize("children_lists", [True, False], ids=["children-lists", "proc-scan"])
 def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, children_lists):
     """cpus.Lender: a build's every process and thread runs on the background CPUs and the timing CPU

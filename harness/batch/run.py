@@ -273,7 +273,7 @@ def make_executor(device: str, slots: list[DeviceSlot], cfg: Config, compile_wor
         pch.start(Path(cfg.cache_dir), device)
     background, lender = None, None
     if device == "cuda":  # timing CPUs per GPU, kept free of builds and standbys (cpus.py)
-        pairs, background = cpus.slot_cpus(len(slots), mode=cfg.hardening.timing_cpus)
+        pairs, background = cpus.slot_cpus(len(slots), mode=cfg.hardening.timing_cpus, claim=True)
         for s, (ref, cand) in zip(slots, pairs):
             s.timing_cpu, s.cand_cpu, s.background_cpus = ref, cand, background
         if cfg.batch.lend_timing_cpus:  # ...but lent to the builds while nothing is timed there
