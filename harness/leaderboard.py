@@ -25,7 +25,9 @@ FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
                 "interface_error", "no_code", "too_big", "unsupported"]
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "speedup_lo", "speedup_hi", "runtime_ms",
-           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "gpu", "flags", "error"]
+           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "size", "gpu", "flags", "error"]
+# flags that put a speedup itself in question (docs/record.md): a table marks a best speedup that has one
+CAVEATS = ("reference_contended", "candidate_contended", "cpu_oversubscribed", "no_custom_kernel", "device_not_quiet")
 
 
 def fast_col(p: float) -> str:
@@ -58,7 +60,7 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
                          "speedup_hi": (r.get("speedup_ci") or [None, None])[1], "runtime_ms": r.get("runtime_ms"),
                          "ref_runtime_ms": r.get("ref_runtime_ms"), "solution_hash": r.get("solution_hash"),
                          "problem_hash": r.get("problem_hash"), "config_hash": r.get("config_hash"),
-                         "device": r.get("device"), "gpu": env.get("gpu_name") or env.get("cpu"),
+                         "device": r.get("device"), "size": r.get("size"), "gpu": env.get("gpu_name") or env.get("cpu"),
                          "flags": ",".join(r.get("flags") or []),
                          "error": (r.get("error") or "").split("\n", 1)[0]})
     df = pd.DataFrame(rows, columns=COLUMNS + ["order"])
@@ -95,9 +97,10 @@ def per_problem(df: pd.DataFrame) -> pd.DataFrame:
                      "best_speedup": None if best is None else float(best.speedup),
                      "runtime_ms": None if best is None else best.runtime_ms,
                      "ref_runtime_ms": None if best is None else best.ref_runtime_ms,
-                     "best_solution": None if best is None else best.solution})
+                     "best_solution": None if best is None else best.solution,
+                     "size": None if best is None else best.size, "flags": "" if best is None else best.flags})
     return pd.DataFrame(rows, columns=["label", "problem", "status", "solutions", "passed", "best_speedup",
-                                       "runtime_ms", "ref_runtime_ms", "best_solution"])
+                                       "runtime_ms", "ref_runtime_ms", "best_solution", "size", "flags"])
 
 
 def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.DataFrame:
@@ -180,12 +183,34 @@ def summary_cells(r) -> list[str]:
 
 
 SUMMARY_HEAD = ["label", "solved", "solutions", "statuses"] + [fast_col(p) for p in FAST_P] + ["geomean"]
-PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime", "reference"]
+PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime", "reference", "size", "its flags"]
+
+
+CAVEAT_NOTE = ("a best speedup with a flag that puts it in question: " + ", ".join(CAVEATS)
+               + " (docs/record.md)")
+
+
+def caveated(flags) -> bool:
+    return any(f in CAVEATS for f in str(flags or "").split(","))
+
+
+def caveat_note(pp: pd.DataFrame) -> str:
+    """The note under a per-problem table, where a row's best speedup is marked."""
+    return "* " + CAVEAT_NOTE if any(caveated(f) for f in pp.get("flags", [])) else ""
 
 
 def problem_cells(r) -> list[str]:
+    """The best passing solution's speedup, times, size and flags; its speedup marked * where a flag
+    puts it in question (CAVEATS)."""
+    best = fmt(r["best_speedup"], "x") + ("*" if r["best_speedup"] == r["best_speedup"] and r["best_speedup"] is not None
+                                          and caveated(r.get("flags")) else "")
     return [str(r["label"]), str(r["problem"]), str(r["status"]), f"{int(r['passed'])}/{int(r['solutions'])}",
-            fmt(r["best_speedup"], "x"), fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms")]
+            best, fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms"), _text(r.get("size")),
+            _text(r.get("flags")).replace(",", ", ")]
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) and v else "-"
 
 
 def wide(console):
@@ -232,8 +257,9 @@ def render_problems(pp: pd.DataFrame, console, title: Optional[str] = None) -> N
     if small:  # the problem's whole name first; times are in the CSV and --markdown
         head = (["label"] if pp["label"].nunique() > 1 else []) + ["problem", "status", "passed", "best speedup"]
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if small else box.HEAVY_HEAD, pad_edge=not small,
-              caption="best: the best passing speedup; runtimes in --csv and --markdown, or a wider terminal"
-              if small else None, caption_justify="left")
+              caption="; ".join(c for c in ("best: the best passing speedup; runtimes and flags in --csv and --markdown, "
+                                            "or a wider terminal" if small else "", caveat_note(pp)) if c) or None,
+              caption_justify="left")
     rows = [dict(zip(PROBLEM_HEAD, problem_cells(r))) for _, r in pp.iterrows()]
     names = {h: "best" if small and h == "best speedup" else h for h in head}
     widths = {h: max([len(names[h])] + [len(r[h]) for r in rows]) for h in head}
@@ -260,7 +286,8 @@ def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
     return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + "\n\n## Per label\n\n"
             + md_table(SUMMARY_HEAD, [summary_cells(r) for _, r in summary.iterrows()])
             + "\n## Per problem\n\n"
-            + md_table(PROBLEM_HEAD, [problem_cells(r) for _, r in pp.iterrows()]))
+            + md_table(PROBLEM_HEAD, [problem_cells(r) for _, r in pp.iterrows()])
+            + (f"\n\\{caveat_note(pp)}\n" if caveat_note(pp) else ""))
 
 
 def warn_mixed(df: pd.DataFrame, console) -> None:

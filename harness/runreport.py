@@ -17,8 +17,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import (PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, best_passing, label_summary, load_records,
-                          md_table, per_problem, problem_cells, summary_cells)
+from .leaderboard import (CAVEAT_NOTE, PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, best_passing, caveated, label_summary,
+                          load_records, md_table, per_problem, problem_cells, summary_cells)
 from .report import clip
 
 PLOTS = ("speedups", "distribution", "fast_p", "statuses")
@@ -184,10 +184,12 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
     fp_head, fp_rows = _fp_rows(fps)
     sum_rows = [summary_cells(r) for _, r in summary.iterrows()]
     prob_rows = [problem_cells(r) for _, r in pp.iterrows()]
-    sol_head = ["label", "problem", "solution", "status", "speedup", "why it failed"]
+    sol_head = ["label", "problem", "solution", "status", "speedup", "size", "flags", "why it failed"]
     sol_rows = [[r.label, r.problem, Path(str(r.solution)).name, r.status,
-                 "-" if r.speedup != r.speedup or r.speedup is None else f"{r.speedup:.3f}x", clip(r.error or "", 160)]
+                 "-" if r.speedup != r.speedup or r.speedup is None else f"{r.speedup:.3f}x" + ("*" if caveated(r.flags) else ""),
+                 r.size if isinstance(r.size, str) else "-", (r.flags or "-").replace(",", ", "), clip(r.error or "", 160)]
                 for r in sorted(df.itertuples(), key=lambda r: (r.label, natural(r.problem), str(r.solution)))]
+    caveats = "* " + CAVEAT_NOTE if any(caveated(f) for f in df["flags"]) else ""
     title = f"{len(df)} records, {df.problem.nunique()} problems, {df.label.nunique()} label(s)"
     note = ("fast_p: the fraction of problems with a passing solution faster than p times the reference; "
             "problems whose solutions all need hardware the machine lacked (unsupported) are left out.")
@@ -200,7 +202,7 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
           + md_table(SUMMARY_HEAD, sum_rows) + f"\n{note}\n\n"
           + "".join(f"![{n}](report_plots/{n}.svg)\n\n" for n in PLOTS)
           + "## Per problem\n\n" + md_table(PROBLEM_HEAD, prob_rows)
-          + "\n## Per solution\n\n" + md_table(sol_head, sol_rows)
+          + "\n## Per solution\n\n" + md_table(sol_head, sol_rows) + (f"\n\\{caveats}\n" if caveats else "")
           + "\n## Hardware and software\n\n" + md_table(fp_head, fp_rows))
     md_path = out_dir / "report.md"
     md_path.write_text(md)
@@ -210,6 +212,7 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
                      + "".join(f"<figure id='{n}'>{svgs[n]}</figure>" for n in PLOTS)
                      + f"<h2>Per problem</h2>{html_table(PROBLEM_HEAD, prob_rows)}"
                      f"<h2>Per solution</h2>{html_table(sol_head, sol_rows)}"
+                     + (f"<p>{html.escape(caveats)}</p>" if caveats else "") +
                      f"<h2>Hardware and software</h2>{html_table(fp_head, fp_rows)}")
     html_path = out_dir / "report.html"
     html_path.write_text(page)

@@ -220,3 +220,34 @@ def test_tables_fit_an_80_column_terminal_and_cut_nothing(tmp_path):
         for cell in ["1.250x", "2.250x", "fast_0", "fast_1", "fast_2", "model-alpha", "1/5",
                              "passed2,incorrect1,timeout1,runtime_error1,compile_error1"]:
             assert cell in flat, (cell, text)
+
+
+def test_a_best_speedup_in_question_is_marked_with_its_flags_and_size(tmp_path):
+    """A new user's leaderboard put a plain PyTorch solution timed beside a busy reference
+    (`reference_contended`: its speedup inflated) at the top, and no table said so. The per-problem
+    rows carry the best solution's size and flags; a flag that puts the speedup in question marks it,
+    in the tables, the Markdown, the CSV and the report."""
+    from harness import runreport
+    from harness.leaderboard import markdown, per_problem, label_summary, load_records
+    run = write_run(tmp_path / "r", [rec("A", "p1", "passed", 1.5, flags=["no_custom_kernel", "reference_contended"], size="small"),
+                                     rec("A", "p1", "passed", 1.2, size="small"),
+                                     rec("A", "p2", "passed", 1.1, flags=["short_kernel"], size="full")])
+    df = load_records([run])
+    pp = per_problem(df).set_index("problem")
+    assert pp.loc["p1", "flags"] == "no_custom_kernel,reference_contended" and pp.loc["p1", "size"] == "small"
+    md = markdown(per_problem(df), label_summary(df), [str(run)])
+    p1 = next(line for line in md.splitlines() if "| p1 |" in line)
+    p2 = next(line for line in md.splitlines() if "| p2 |" in line)
+    assert "1.500x*" in p1 and "reference_contended" in p1 and "| small |" in p1
+    assert "1.100x |" in p2 and "short_kernel" in p2 and "| full |" in p2  # informational: not marked
+    assert "flag that puts it in question" in md
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "leaderboard", str(run), "--csv", str(tmp_path / "lb.csv")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    csv = pd.read_csv(tmp_path / "lb.csv").set_index("problem")
+    assert csv.loc["p1", "flags"] == "no_custom_kernel,reference_contended" and csv.loc["p2", "size"] == "full"
+    assert "1.500x*" in out.stdout
+    md_path, html_path = runreport.write([run], tmp_path / "report", signed_only=False)
+    report = md_path.read_text()
+    assert "1.500x*" in report and "| small | no_custom_kernel, reference_contended |" in report
+    assert "flag that puts it in question" in html_path.read_text()

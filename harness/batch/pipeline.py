@@ -221,8 +221,9 @@ class Pipeline:
         if self.verbose:
             sp = f" {rec.speedup:.2f}x" if rec.speedup else ""
             why = f"  ({clip((rec.error or '').splitlines()[0], 200)})" if rec.status.value != "passed" and rec.error else ""
+            flags = f"  flags={','.join(rec.flags)}" if rec.flags else ""
             self.console.print(f"[{self.done + self.skipped}/{self.total}] {rec.status.value}{sp}  "
-                               f"label={item.label or '-'}  problem={item.problem.name}  {item.short()}{why}",
+                               f"label={item.label or '-'}  problem={item.problem.name}  {item.short()}{flags}{why}",
                                highlight=False, soft_wrap=True)
 
     def _skip(self, item: Item, reason: str) -> None:

@@ -111,8 +111,9 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
             builds = sum(it.builds for it in items)
             console.print(f"scoring {len(items)} solution(s) of {len({it.problem.name for it in items})} problem(s) on "
                           f"{', '.join(s.name for s in slots)} into {run_dir}"
-                          + (f"; {builds} build extensions first (each up to about a CPU-minute; a CUDA one on a CPU run "
-                             "is turned away at once), the rest meanwhile"
+                          + (f"; {builds} of them build{'s an extension' if builds == 1 else ' extensions'} first (each up "
+                             "to about a CPU-minute; a CUDA one on a CPU run is turned away at once)"
+                             + (", the rest are scored meanwhile" if builds < len(items) else "")
                              if builds else ""), highlight=False, soft_wrap=True)
 
         old_term = signal.getsignal(signal.SIGTERM)

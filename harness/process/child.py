@@ -169,14 +169,19 @@ def run_compile(setup: Setup, rep_fd: int) -> None:
 
 
 def compiler_errors(text: str, limit: int = 40) -> str:
-    """The compiler's own error lines out of torch's 'Error building extension' message."""
+    """The compiler's own error lines out of torch's 'Error building extension' message, the first on
+    the first line (tables show only that), each source named by its file name alone: the build
+    folder's path filled a table's cell before the line number (a new user's compile error read
+    `/var/cache/harness/ext/7a09.../me_gemm_swish_bias/mai...`)."""
+    import re
     lines = text.splitlines()
     head = lines[0] if lines else "build failed"
     keep = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("ninja:")
             and "Error building extension" not in ln]
     if not keep:
         keep = lines[-limit:]
-    return head.split(":")[0] + ":\n" + "\n".join(keep[:limit])
+    keep = [re.sub(r"(?:/[^\s:/]+)+/([^\s:/]+\.(?:cpp|cc|cxx|cu|cuh|h|hpp)):", r"\1:", ln) for ln in keep[:limit]]
+    return head.split(":")[0] + (": " + "\n".join(keep) if keep else ":")
 
 
 # --------------------------------------------------------------------------------------------------
