@@ -144,8 +144,10 @@ def _problem_set(names, problems_dir):
 @click.option("--problems", "problems_dir", multiple=True, type=click.Path(exists=True))
 @click.option("--level", type=int, default=None)
 @click.option("--filter", "text", default=None, help="Substring of the name.")
+@click.option("--size", type=click.Choice(["full", "small"]), default="full", show_default=True,
+              help="small: the CPU preset, which an evaluation on the CPU runs by default.")
 @click.option("--json", "as_json", is_flag=True)
-def problems_list(problems_dir, level, text, as_json):
+def problems_list(problems_dir, level, text, size, as_json):
     """Problems with their level, input shapes, FLOPs and bytes (computed on meta tensors)."""
     import json
 
@@ -158,7 +160,7 @@ def problems_list(problems_dir, level, text, as_json):
         if level is not None and level_of(p) != level:
             continue
         try:
-            rows.append(describe(p))
+            rows.append(describe(p, size))
         except Exception as e:  # noqa: BLE001 - a broken problem is listed as such
             rows.append({"name": p.name, "path": str(p.path), "level": level_of(p), "error": f"{type(e).__name__}: {e}"})
     if as_json:
@@ -166,7 +168,7 @@ def problems_list(problems_dir, level, text, as_json):
         return
     from rich.table import Table
     out = _console(stderr=False)
-    t = Table(title=f"{len(rows)} problems")
+    t = Table(title=f"{len(rows)} problems, {size} size" + (" (the CPU preset)" if size == "small" else ""))
     for col in ("name", "level", "inputs", "GFLOP", "MB"):
         # names whole, always: they are what --problem takes
         t.add_column(col, justify="right" if col in ("GFLOP", "MB") else "left", no_wrap=col == "name",

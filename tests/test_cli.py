@@ -168,3 +168,21 @@ def test_problem_names_are_listed_whole_when_piped():
                            terminal_width=60)
     assert r.exit_code == 0, r.output
     assert "level2/01_conv2d_relu_bias_add" in r.output, r.output
+
+
+def test_problems_list_shows_the_cpu_preset_when_asked():
+    """A new user saw only full sizes (relu_add's 16M floats) where a CPU evaluation runs the small
+    preset (4096): `--size small` lists those shapes, FLOPs and bytes counted at that size."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    rows = {}
+    for size in ("full", "small"):
+        r = CliRunner().invoke(main, ["problems", "list", "--problems", "tests/problems", "--filter", "relu_add",
+                                      "--size", size, "--json"])
+        assert r.exit_code == 0, r.output
+        rows[size], = json.loads(r.output)
+    assert rows["full"]["inputs"] != rows["small"]["inputs"] and "4096" in json.dumps(rows["small"]["inputs"])
+    assert rows["small"]["bytes"] < rows["full"]["bytes"] / 1000
