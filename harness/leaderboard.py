@@ -186,7 +186,7 @@ SUMMARY_HEAD = ["label", "solved", "solutions", "statuses"] + [fast_col(p) for p
 PROBLEM_HEAD = ["label", "problem", "status", "passed", "best speedup", "runtime", "reference", "size", "its flags"]
 
 
-CAVEAT_NOTE = ("a best speedup with a flag that puts it in question: " + ", ".join(CAVEATS)
+CAVEAT_NOTE = ("a speedup with a flag that puts it in question: " + ", ".join(CAVEATS)
                + " (docs/record.md)")
 
 
