@@ -104,6 +104,9 @@ class Timing(_Section):
     kernel_span_process_bias_us: float = 0.03
     process_bias_per_launch_us: float = 0.09
     process_offset_floor_rel: float = Field(0.0007, ge=0)
+    # a GPU problem whose reference processes timed it this far apart is timed in `processes` a
+    # side from then on (timing/modes.py); 0: never
+    process_modes_rel: float = Field(0.03, ge=0)
     processes: int = Field(4, ge=1)
     processes_when: Literal["auto", "always", "never"] = "auto"
     processes_above_rel: float = 0.0035

@@ -130,3 +130,46 @@ def test_a_side_is_host_bound_when_most_of_its_launches_leaked():
     t = make_config(device="cuda").timing
     assert not host_bound(t, Side())
     assert host_bound(t, Side(times=[1.0] * 60, leaked=50)) and not host_bound(t, Side(times=[1.0] * 60, leaked=30))
+
+
+def test_a_problem_whose_reference_processes_time_it_apart_is_timed_in_several(tmp_path):
+    """level2/77 ran 4.9 or 6.4 ms by process on an H200, either side, and its identities came out at
+    1.32x and 0.77x with narrow intervals: one process a side, the offset model seeing nothing for a
+    5 ms forward. Each reference process's median is kept per problem and device model
+    (timing/modes.py); once two lie over `process_modes_rel` apart (or four times a short forward's
+    modelled offset), the evaluation says so and times every side in several processes."""
+    from types import SimpleNamespace as NS
+
+    from harness.stages.timed import _process_modes
+    from harness.timing import modes
+    cfg = make_config(cache_dir=str(tmp_path))
+
+    def ctx(gpu="NVIDIA H200", cuda=True):
+        return NS(cuda=cuda, cfg=cfg, problem=NS(source_hash="abc", name="level2/77"), size="full", dtype=None,
+                  res=NS(env=NS(gpu_name=gpu)))
+    ref = lambda: NS(worker=NS())  # noqa: E731  (a reference session: a process each)
+    first, second, third = ref(), ref(), ref()
+    assert _process_modes(ctx(), first, False, 6.45, 0.0001) is None      # nothing to compare with yet
+    assert _process_modes(ctx(), second, False, 6.41, 0.0001) is None     # 0.6% apart: one mode
+    assert _process_modes(ctx(), first, False, 6.46, 0.0001) is None      # the same process again
+    got = _process_modes(ctx(), third, False, 4.97, 0.0001)               # the other mode
+    assert got is not None and got["spread_rel"] == pytest.approx(6.46 / 4.97 - 1, rel=1e-3)
+    assert got["reference_processes"] == 3
+    assert _process_modes(ctx(), ref(), False, 6.40, 0.0001) is not None  # and from then on
+    # kept apart: another device model, the other timing basis, the CPU path, or turned off
+    assert _process_modes(ctx(gpu="NVIDIA H100 80GB HBM3"), ref(), False, 4.9, 0.0001) is None
+    assert _process_modes(ctx(), ref(), True, 4.9, 0.0001) is None
+    assert _process_modes(ctx(cuda=False), ref(), False, 4.9, 0.0001) is None
+    cfg.timing.process_modes_rel = 0
+    assert _process_modes(ctx(), ref(), False, 4.9, 0.0001) is None
+    cfg.timing.process_modes_rel = 0.03
+    # a short forward whose processes' offsets are modelled at 2% a side: 5% apart is within them
+    short = NS(cuda=True, cfg=cfg, problem=NS(source_hash="def", name="relu"), size="full", dtype=None,
+               res=NS(env=NS(gpu_name="NVIDIA H200")))
+    assert _process_modes(short, ref(), False, 0.0040, 0.02) is None
+    assert _process_modes(short, ref(), False, 0.0042, 0.02) is None
+    # the latest few processes only
+    for i in range(modes.KEEP + 3):
+        modes.keep(str(tmp_path), "k", "p", {f"t{i}": 1.0 + i})
+    kept = modes.load(str(tmp_path), "k")
+    assert list(kept) == [f"t{i}" for i in range(3, modes.KEEP + 3)]

@@ -264,6 +264,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
              if cfg.timing.processes_when != "never" and host_bound(cfg.timing, s)]
     for side in bound:
         n_proc[side] = max(n_proc[side], cfg.timing.processes)
+    modal = _process_modes(ctx, ref, spans1, first_median["reference"], offset_rel["reference"])
+    if modal is not None:  # its reference processes have timed it apart: every side in several
+        n_proc = {side: max(n, cfg.timing.processes) for side, n in n_proc.items()}
     phases.timing_s = ctx.clock() - t0 - timer.settled
     measured = [m]
     have, wanted, procs_error = _more_pairs(ctx, timer, measured, n_proc, offset_rel, spans1, pair_notes,
@@ -302,6 +305,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
     tm["processes"] = have
     if bound:
         tm["host_bound"] = bound
+    if modal is not None:
+        tm["process_modes"] = modal
     if m.span_basis_ms is not None:  # what chose kernel spans or events (timing.kernel_span = "auto")
         tm["kernel_span_basis_ms"] = round(m.span_basis_ms, 4)
     if wanted:  # fewer than the offsets asked for: timing.processes_budget_s
@@ -318,6 +323,30 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         whole = m.spans and m.compiled_span and all(x > 0 for x in m.compiled_span)
         baselines.store(cfg, key, stack, ctx.problem.name, m.compiled, m.compiled_span if whole else None)
     return Timed(measured=measured, pooled=m, processes=have, spans=spans, pair_notes=pair_notes)
+
+
+def _process_modes(ctx: Context, ref: ReferenceSession, spans: bool, median_ms: Optional[float],
+                   offset_rel: float) -> Optional[dict]:
+    """A GPU problem whose reference processes have timed its forward apart (timing/modes.py): this
+    evaluation's reference process's median kept with theirs, and where they lie further apart than
+    `timing.process_modes_rel` (or four times the modelled offset), what the record says of it."""
+    t = ctx.cfg.timing
+    if not ctx.cuda or t.process_modes_rel <= 0 or not median_ms or t.processes <= 1 or t.processes_when == "never":
+        return None
+    from ..build import torch_versions
+    from ..timing import modes
+    env = ctx.res.env
+    key = modes.key_for(ctx.problem.source_hash, ctx.size, ctx.dtype, env.gpu_name if env else None,
+                        torch_versions()[0], spans)
+    seen = modes.load(ctx.cfg.cache_dir, key)
+    mine = {modes.token(ref.worker): median_ms}
+    modes.keep(ctx.cfg.cache_dir, key, ctx.problem.name, mine)
+    medians = {**seen, **mine}
+    spread = modes.spread(medians)
+    if spread <= max(t.process_modes_rel, 4 * offset_rel):
+        return None
+    return {"spread_rel": round(spread, 4), "reference_processes": len(medians),
+            "medians_ms": sorted(round(v, 5) for v in medians.values())}
 
 
 def _more_pairs(ctx: Context, timer: PairTimer, measured: list, n_proc: dict, offset_rel: dict, spans1: bool,
