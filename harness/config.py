@@ -93,6 +93,9 @@ class Timing(_Section):
     served_inputs_max_mb: float = Field(1024.0, gt=0)
     cpu_clocked: Literal["auto", "on", "off"] = "auto"
     cpu_clocked_below_ms: float = Field(20.0, ge=0)
+    # a clocked candidate's offset from process to process (its interval less the reference's
+    # overhead), widening its speedup's interval as process_bias_us does on a GPU; 0: off
+    cpu_clocked_offset_us: float = Field(1.0, ge=0)
     min_rounds: int = Field(5, ge=1)
     # the process-bias model (timing.process_bias_us, processes_for): configs/advanced.toml says
     # what each term is and where its value was measured

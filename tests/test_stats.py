@@ -173,3 +173,35 @@ def test_a_problem_whose_reference_processes_time_it_apart_is_timed_in_several(t
         modes.keep(str(tmp_path), "k", "p", {f"t{i}": 1.0 + i})
     kept = modes.load(str(tmp_path), "k")
     assert list(kept) == [f"t{i}" for i in range(3, modes.KEEP + 3)]
+
+
+def test_a_clocked_cpu_speedups_interval_holds_its_process_offset():
+    """Clocked (CPU path), a candidate's time is its interval less what the clock adds to the
+    reference's calls; what its own process adds beside that moved an identity of a 6 us forward
+    0.76-1.22 over six evaluations while each interval, over its calls only, was a few percent wide.
+    The interval is widened by `timing.cpu_clocked_offset_us` (the calls' own kept beside it);
+    unclocked, or on a forward of milliseconds, it is the calls' interval."""
+    import random
+    from types import SimpleNamespace as NS
+
+    from harness.stages.record import speedup
+    cfg = make_config()
+
+    def run(ref_ms, cand_ms, clocked=True):
+        rng = random.Random(1)
+        side = lambda ms: NS(timed=lambda spans, ms=ms: [ms * (1 + 0.01 * rng.random()) for _ in range(200)])  # noqa: E731
+        res = NS(ref_runtime_ms=ref_ms, runtime_ms=cand_ms, timing_method={"clocked": clocked}, flags=[],
+                 speedup=None, speedup_ci=None)
+        ctx = NS(cuda=False, cfg=cfg, res=res)
+        speedup(ctx, NS(pooled=NS(ref=side(ref_ms), cand=side(cand_ms)), spans=False), NS(rng=random.Random(2)))
+        return res
+    r = run(0.006, 0.006)
+    lo, hi = r.timing_method["speedup_ci_calls"]
+    assert hi - lo < 0.02 and r.speedup_ci[0] < 0.75 and r.speedup_ci[1] > 1.3  # a sixth of 6 us a side
+    assert r.timing_method["process_bias_rel"] == pytest.approx(1 / 6, rel=1e-3)
+    r = run(5.0, 5.0)  # 5 ms: a microsecond is nothing
+    assert r.speedup_ci[1] - r.speedup_ci[0] < 0.03
+    r = run(0.006, 0.006, clocked=False)
+    assert "speedup_ci_calls" not in r.timing_method and r.speedup_ci[1] - r.speedup_ci[0] < 0.02
+    cfg.timing.cpu_clocked_offset_us = 0
+    assert run(0.006, 0.006).speedup_ci[1] - run(0.006, 0.006).speedup_ci[0] < 0.02
