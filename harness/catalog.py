@@ -49,8 +49,9 @@ def describe(problem: Problem, size: str = "full", count: bool = True,
     with torch.device("meta"):
         inputs = list(mod.get_inputs())
         init_inputs = list(mod.get_init_inputs())
-    # what HARNESS_META declares is the full size's: the small preset's is counted
-    flops, nbytes, note = (None, None, None) if size == "small" else (m.get("flops"), m.get("bytes"), None)
+    # what HARNESS_META declares is the full size's: a small preset's is counted
+    small = size == "small" and bool(m.get("small"))
+    flops, nbytes, note = (None, None, None) if small else (m.get("flops"), m.get("bytes"), None)
 
     def counted() -> tuple[int, int]:
         with torch.device("meta"):

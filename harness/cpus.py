@@ -99,11 +99,15 @@ def slot_cpus(slots: int, cpus: Optional[list[int]] = None, siblings_of=siblings
         if len(free) < (2 * slots if mode == "apart" else slots):
             break
         pairs, background = _slot_plan(slots, free, siblings_of, mode)
-        if CLAIMS.take({c for pair in pairs for c in pair if c is not None}):
+        mine = {c for pair in pairs for c in pair if c is not None}
+        if CLAIMS.take(mine):
+            CLAIMS.planned |= mine
             return pairs, background
         if not CLAIMS.last_refused:
             break
-    return _slot_plan(slots, cpus, siblings_of, mode)
+    pairs, background = _slot_plan(slots, cpus, siblings_of, mode)
+    CLAIMS.planned |= {c for pair in pairs for c in pair if c is not None}
+    return pairs, background
 
 
 def _slot_plan(slots: int, cpus: list[int], siblings_of, mode: str
@@ -123,32 +127,41 @@ class Claims:
 
     def __init__(self):
         self.held: dict[int, int] = {}  # cpu -> the descriptor holding its lock
+        # every timing CPU this process planned on, claimed or not (a plan made over claimed CPUs,
+        # too few being free, still pins its sides there: its jails must be let onto them)
+        self.planned: set[int] = set()
         self.last_refused = False
         self._lock = threading.Lock()
 
     @staticmethod
     def folder() -> Optional[str]:
+        import stat
         import tempfile
         path = os.environ.get("HARNESS_CPU_CLAIMS") or os.path.join(tempfile.gettempdir(), f"harness-cpus-{os.getuid()}")
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             return None
-        # another user's folder, or one others may write, is not ours to trust
-        return path if st.st_uid == os.getuid() and not st.st_mode & 0o022 else None
+        # a folder of this user's that no one else may write, not a link to one: claims are this
+        # user's harness processes' alone (root's files are never made where a link points)
+        ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+        return path if ours else None
 
-    def _try(self, cpu: int) -> Optional[int]:
+    def _try(self, cpu: int, probe: bool = False) -> Optional[int]:
+        """The CPU's lock file's descriptor, locked (shared where `probe`: probes never look like a
+        claim to each other); -1 where another process holds it; None where there is nowhere to claim."""
         import fcntl
         folder = self.folder()
         if folder is None:
             return None
         try:
-            fd = os.open(os.path.join(folder, f"cpu{cpu}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(os.path.join(folder, f"cpu{cpu}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         0o600)
         except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if probe else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return fd
         except OSError:
             os.close(fd)
@@ -162,7 +175,7 @@ class Claims:
             for c in cpus:
                 if c in self.held:
                     continue
-                fd = self._try(c)
+                fd = self._try(c, probe=True)
                 if fd is None:
                     return set()  # no folder to claim in: nobody's claims are seen
                 if fd < 0:
@@ -173,8 +186,9 @@ class Claims:
         return out
 
     def take(self, cpus: set[int]) -> bool:
-        """Claim `cpus` (and let go of this process's other claims); False if another process got
-        one of them first (`last_refused`) or there is no folder to claim in (nothing held then)."""
+        """Claim `cpus` besides what this process holds (a batch's slots keep theirs whatever a
+        later plan of the process takes); False if another process got one of them first
+        (`last_refused`) or there is no folder to claim in (nothing more held then)."""
         with self._lock:
             self.last_refused = False
             got = {}
@@ -188,16 +202,31 @@ class Claims:
                     self.last_refused = fd is not None
                     return False
                 got[c] = fd
-            for c in [c for c in self.held if c not in cpus]:
-                os.close(self.held.pop(c))
             self.held.update(got)
             return True
 
-    def release(self) -> None:
+    def without_others(self, cpus: Optional[set[int]]) -> Optional[set[int]]:
+        """`cpus` less those another harness process claimed since they were planned (this process's
+        own plan's never), where any are left: a background process started now keeps off them."""
+        if not cpus:
+            return cpus
+        rest = set(cpus) - (self.held_elsewhere(cpus) - self.planned)
+        return rest or cpus
+
+    def release(self, cpus: Optional[Iterable[Optional[int]]] = None) -> None:
+        """Let go of `cpus` (every claim where None): an executor shut down gives back its slots'."""
         with self._lock:
-            for fd in self.held.values():
-                os.close(fd)
-            self.held.clear()
+            for c in list(self.held) if cpus is None else [c for c in cpus if c is not None]:
+                if c in self.held:
+                    os.close(self.held.pop(c))
+                self.planned.discard(c)
+            if cpus is None:
+                self.planned.clear()
+
+
+def slots_cpus(slots) -> set[int]:
+    """The timing CPUs a batch's slots were given (make_executor), to give back once it is done."""
+    return {c for s in slots for c in (getattr(s, "timing_cpu", None), getattr(s, "cand_cpu", None)) if c is not None}
 
 
 CLAIMS = Claims()
@@ -214,7 +243,9 @@ def reference_cpus(pairs: Iterable[tuple[Optional[int], Optional[int]]], sibling
 
 
 def restrict(pid: int, cpus: Optional[set[int]]) -> None:
-    """Keep a background process (inherited by its children) to `cpus`; None: anywhere."""
+    """Keep a background process (inherited by its children) to `cpus`, less the timing CPUs another
+    harness process claimed since they were planned; None: anywhere."""
+    cpus = CLAIMS.without_others(cpus)
     if cpus:
         try:
             os.sched_setaffinity(pid, cpus)
@@ -267,11 +298,13 @@ class Lender:
         return cls(background, {t: (siblings_of(t) & every) | {t} for t in cores})
 
     def mask(self) -> set[int]:
+        """Where builds may run now: the background CPUs and the timing CPUs no phase holds, less
+        those another harness process claimed since (its references are timed there)."""
         out = set(self.background)
         for cpu, reserved in self.timing.items():
             if not self._held[cpu]:
                 out |= reserved
-        return out
+        return CLAIMS.without_others(out)
 
     def track(self, pid: int) -> None:
         try:

@@ -69,9 +69,10 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.size = reference.size if reference else resolve_size(cfg, ctx.device)
     ctx.dtype = None if cfg.dtype == "auto" else cfg.dtype
     ctx.res.device, ctx.res.size = ctx.device, ctx.size
-    if own_gate:  # on a GPU, claimed machine-wide: a batch or another eval may be timing beside this one
+    if own_gate:  # on a GPU, claimed machine-wide: a batch or another eval may be timing beside this one.
+        # Not where a batch judges a solution it cannot time (a build that failed, its idle reference)
         (gate.timing_cpu, gate.cand_cpu), = cpus.slot_cpus(1, mode=cfg.hardening.timing_cpus,
-                                                           claim=ctx.device == "cuda")[0]
+                                                           claim=ctx.device == "cuda" and reference is None)[0]
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)

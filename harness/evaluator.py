@@ -54,6 +54,7 @@ class Evaluator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._count = itertools.count()
         self._inflight = {s.name: 0 for s in slots}
+        self._slots = slots
         self.lost: dict[str, str] = {}  # slot -> why its GPU was taken for lost (batch/health.py)
         self._lock = threading.Lock()
         self._problems: dict[str, Problem] = {}
@@ -180,6 +181,8 @@ class Evaluator:
             return
         self._closed = True
         self.executor.shutdown()
+        from . import cpus
+        cpus.CLAIMS.release(cpus.slots_cpus(self._slots))  # its slots' timing CPUs, for others
         if self._tmp is not None:
             self._tmp.cleanup()
 

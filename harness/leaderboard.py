@@ -27,7 +27,8 @@ STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_erro
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "speedup_lo", "speedup_hi", "runtime_ms",
            "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "size", "gpu", "flags", "error"]
 # flags that put a speedup itself in question (docs/record.md): a table marks a best speedup that has one
-CAVEATS = ("reference_contended", "candidate_contended", "cpu_oversubscribed", "no_custom_kernel", "device_not_quiet")
+CAVEATS = ("reference_contended", "candidate_contended", "cpu_oversubscribed", "no_custom_kernel", "device_not_quiet",
+           "excessive_speedup")
 
 
 def fast_col(p: float) -> str:

@@ -390,7 +390,7 @@ class Jails:
         cpus = set(available())
         with self._lock:
             off = set(self._off)
-        off |= CLAIMS.held_elsewhere(cpus)
+        off |= CLAIMS.held_elsewhere(cpus) - CLAIMS.planned  # (a plan made over claimed CPUs pins its own there)
         if not off:
             return None
         return (cpus - off) or None

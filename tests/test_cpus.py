@@ -166,6 +166,67 @@ def test_no_jail_runs_on_the_timing_cpus_another_harness_process_claimed(claims)
     assert Jails().allowed_cpus() is None
 
 
+def test_claims_add_up_in_a_process_and_are_given_back_by_cpu(claims):
+    """A batch's judging of a build that failed calls evaluate() without a gate: a claim there let go
+    of the batch's other slots' CPUs (a reviewer's finding). Claims now add up, and an executor gives
+    back only its own slots' CPUs."""
+    from harness import cpus
+    one = lambda c: {c}  # noqa: E731
+    assert cpus.slot_cpus(2, list(range(16)), one, claim=True)[0] == [(15, 14), (13, 12)]
+    cpus.slot_cpus(1, list(range(16)), one, claim=True)
+    assert sorted(claims.held) == [12, 13, 14, 15]
+    claims.release({13, 12, None})
+    assert sorted(claims.held) == [14, 15] and claims.planned == {14, 15}
+
+
+def test_processes_started_later_keep_off_cpus_claimed_since(claims):
+    """A first batch's background set was planned before a second claimed its CPUs: what either
+    starts afterwards (builds, standbys, their fork servers) keeps off the other's, and a probe (a
+    shared lock) is never taken for a claim."""
+    import fcntl
+
+    from harness import cpus
+    avail = cpus.available()
+    if len(avail) < 2:
+        pytest.skip("one CPU")
+    mine, other = set(avail), max(avail)
+    assert claims.without_others(mine) == mine
+    try:
+        code = (f"import sys; from harness import cpus; cpus.CLAIMS.take({{{other}}}); print('held', flush=True); "
+                "sys.stdin.read()")
+        import subprocess
+        import sys
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=os.environ, cwd=Path(__file__).resolve().parents[1])
+        _ELSEWHERE.append(p)
+        assert p.stdout.readline().strip() == "held"
+        assert claims.without_others(mine) == mine - {other}
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            cpus.restrict(sleeper.pid, mine)
+            assert os.sched_getaffinity(sleeper.pid) == mine - {other}
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        lender = cpus.Lender(set(avail) - {other}, {other: {other}})
+        assert other not in lender.mask()  # lent to builds only where nobody else times on it
+        # a plan of this process's own made over the other's claim (too few free) keeps its jails
+        # allowed there: its candidate is pinned to it
+        claims.planned.add(other)
+        from harness.sandbox import Jails
+        assert Jails().allowed_cpus() is None
+    finally:
+        _end_elsewhere()
+    # another process's probe holds a shared lock: not a claim
+    probe = os.open(os.path.join(claims.folder(), f"cpu{other}"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        claims.release()
+        assert claims.held_elsewhere({other}) == set()
+    finally:
+        os.close(probe)
+
+
 @pytest.mark.parametrize("children_lists", [True, False], ids=["children-lists", "proc-scan"])
 def test_builds_borrow_the_timing_cpu_only_while_nothing_is_timed(monkeypatch, children_lists):
     """cpus.Lender: a build's every process and thread runs on the background CPUs and the timing CPU

@@ -140,9 +140,11 @@ def test_a_problem_whose_reference_processes_time_it_apart_is_timed_in_several(t
     modelled offset), the evaluation says so and times every side in several processes."""
     from types import SimpleNamespace as NS
 
+    from harness.build import torch_versions
     from harness.stages.timed import _process_modes
     from harness.timing import modes
     cfg = make_config(cache_dir=str(tmp_path))
+    torch_v = torch_versions()[0]
 
     def ctx(gpu="NVIDIA H200", cuda=True):
         return NS(cuda=cuda, cfg=cfg, problem=NS(source_hash="abc", name="level2/77"), size="full", dtype=None,
@@ -156,6 +158,10 @@ def test_a_problem_whose_reference_processes_time_it_apart_is_timed_in_several(t
     assert got is not None and got["spread_rel"] == pytest.approx(6.46 / 4.97 - 1, rel=1e-3)
     assert got["reference_processes"] == 3
     assert _process_modes(ctx(), ref(), False, 6.40, 0.0001) is not None  # and from then on
+    # a measurement a neighbour's GPU work may have slowed is compared, not kept
+    before = modes.load(str(tmp_path), modes.key_for("abc", "full", None, "NVIDIA H200", torch_v, False))
+    _process_modes(ctx(), ref(), False, 9.9, 0.0001, keep=False)
+    assert modes.load(str(tmp_path), modes.key_for("abc", "full", None, "NVIDIA H200", torch_v, False)) == before
     # kept apart: another device model, the other timing basis, the CPU path, or turned off
     assert _process_modes(ctx(gpu="NVIDIA H100 80GB HBM3"), ref(), False, 4.9, 0.0001) is None
     assert _process_modes(ctx(), ref(), True, 4.9, 0.0001) is None

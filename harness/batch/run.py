@@ -133,6 +133,7 @@ def run_batch(paths: list[str], cfg: Config, *, problem: Optional[str] = None,
                           "finish with --resume", highlight=False, soft_wrap=True)
         finally:
             results.close()
+            cpus.CLAIMS.release(cpus.slots_cpus(slots))  # this batch's timing CPUs, for others
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, old_term)
             _close_summary(summary, t_start, pipe, executor, lender, events)

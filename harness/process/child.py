@@ -180,7 +180,8 @@ def compiler_errors(text: str, limit: int = 40) -> str:
             and "Error building extension" not in ln]
     if not keep:
         keep = lines[-limit:]
-    keep = [re.sub(r"(?:/[^\s:/]+)+/([^\s:/]+\.(?:cpp|cc|cxx|cu|cuh|h|hpp)):", r"\1:", ln) for ln in keep[:limit]]
+    keep = [re.sub(r"(?:/[^\s:/()]+)+/([^\s:/()]+\.(?:cpp|cc|cxx|cu|cuh|h|hpp))(?=[:(])", r"\1", ln)
+            for ln in keep[:limit]]  # gcc's "main.cpp:12:5:", nvcc's "main.cu(12):"
     return head.split(":")[0] + (": " + "\n".join(keep) if keep else ":")
 
 

@@ -264,7 +264,9 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
              if cfg.timing.processes_when != "never" and host_bound(cfg.timing, s)]
     for side in bound:
         n_proc[side] = max(n_proc[side], cfg.timing.processes)
-    modal = _process_modes(ctx, ref, spans1, first_median["reference"], offset_rel["reference"])
+    # (a measurement a neighbour's GPU work or the clocks may have slowed is not kept)
+    trusted = not {"device_not_quiet", "throttled"} & set(m.flags + timer.quiet_flags)
+    modal = _process_modes(ctx, ref, spans1, first_median["reference"], offset_rel["reference"], keep=trusted)
     if modal is not None:  # its reference processes have timed it apart: every side in several
         n_proc = {side: max(n, cfg.timing.processes) for side, n in n_proc.items()}
     phases.timing_s = ctx.clock() - t0 - timer.settled
@@ -326,10 +328,10 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
 
 
 def _process_modes(ctx: Context, ref: ReferenceSession, spans: bool, median_ms: Optional[float],
-                   offset_rel: float) -> Optional[dict]:
+                   offset_rel: float, keep: bool = True) -> Optional[dict]:
     """A GPU problem whose reference processes have timed its forward apart (timing/modes.py): this
-    evaluation's reference process's median kept with theirs, and where they lie further apart than
-    `timing.process_modes_rel` (or four times the modelled offset), what the record says of it."""
+    evaluation's reference process's median kept with theirs (where `keep`), and where they lie further
+    apart than `timing.process_modes_rel` (or four times the modelled offset), what the record says of it."""
     t = ctx.cfg.timing
     if not ctx.cuda or t.process_modes_rel <= 0 or not median_ms or t.processes <= 1 or t.processes_when == "never":
         return None
@@ -339,8 +341,9 @@ def _process_modes(ctx: Context, ref: ReferenceSession, spans: bool, median_ms: 
     key = modes.key_for(ctx.problem.source_hash, ctx.size, ctx.dtype, env.gpu_name if env else None,
                         torch_versions()[0], spans)
     seen = modes.load(ctx.cfg.cache_dir, key)
-    mine = {modes.token(ref.worker): median_ms}
-    modes.keep(ctx.cfg.cache_dir, key, ctx.problem.name, mine)
+    mine = {modes.token(ref.worker): median_ms} if keep else {}
+    if mine:
+        modes.keep(ctx.cfg.cache_dir, key, ctx.problem.name, mine)
     medians = {**seen, **mine}
     spread = modes.spread(medians)
     if spread <= max(t.process_modes_rel, 4 * offset_rel):
