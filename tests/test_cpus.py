@@ -79,6 +79,17 @@ def _plan_elsewhere(*args: str) -> tuple[list, list]:
     return [tuple(x) for x in pairs], bg
 
 
+def _claim_elsewhere(cpu: int) -> None:
+    """Another process holding a claim on `cpu` until `_end_elsewhere`."""
+    import subprocess
+    import sys
+    code = f"import sys; from harness import cpus; cpus.CLAIMS.take({{{cpu}}}); print('held', flush=True); sys.stdin.read()"
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=os.environ, cwd=Path(__file__).resolve().parents[1])
+    _ELSEWHERE.append(p)
+    assert p.stdout.readline().strip() == "held"
+
+
 def _end_elsewhere() -> None:
     for p in _ELSEWHERE:
         p.stdin.close()
@@ -151,14 +162,7 @@ def test_no_jail_runs_on_the_timing_cpus_another_harness_process_claimed(claims)
     mine = max(cpus.available())
     assert Jails().allowed_cpus() is None  # nothing claimed, nothing kept off: anywhere
     try:
-        code = (f"import sys; from harness import cpus; cpus.CLAIMS.take({{{mine}}}); print('held', flush=True); "
-                "sys.stdin.read()")
-        import subprocess
-        import sys
-        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env=os.environ, cwd=Path(__file__).resolve().parents[1])
-        _ELSEWHERE.append(p)
-        assert p.stdout.readline().strip() == "held"
+        _claim_elsewhere(mine)
         allowed = Jails().allowed_cpus()
         assert allowed is not None and mine not in allowed and allowed == set(cpus.available()) - {mine}
     finally:
@@ -184,6 +188,8 @@ def test_processes_started_later_keep_off_cpus_claimed_since(claims):
     starts afterwards (builds, standbys, their fork servers) keeps off the other's, and a probe (a
     shared lock) is never taken for a claim."""
     import fcntl
+    import subprocess
+    import sys
 
     from harness import cpus
     avail = cpus.available()
@@ -192,14 +198,7 @@ def test_processes_started_later_keep_off_cpus_claimed_since(claims):
     mine, other = set(avail), max(avail)
     assert claims.without_others(mine) == mine
     try:
-        code = (f"import sys; from harness import cpus; cpus.CLAIMS.take({{{other}}}); print('held', flush=True); "
-                "sys.stdin.read()")
-        import subprocess
-        import sys
-        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env=os.environ, cwd=Path(__file__).resolve().parents[1])
-        _ELSEWHERE.append(p)
-        assert p.stdout.readline().strip() == "held"
+        _claim_elsewhere(other)
         assert claims.without_others(mine) == mine - {other}
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:
