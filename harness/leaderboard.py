@@ -203,14 +203,14 @@ def caveat_note(pp: pd.DataFrame) -> str:
 def problem_cells(r) -> list[str]:
     """The best passing solution's speedup, times, size and flags; its speedup marked * where a flag
     puts it in question (CAVEATS)."""
-    best = fmt(r["best_speedup"], "x") + ("*" if r["best_speedup"] == r["best_speedup"] and r["best_speedup"] is not None
-                                          and caveated(r.get("flags")) else "")
+    best = fmt(r["best_speedup"], "x") + ("*" if pd.notna(r["best_speedup"]) and caveated(r.get("flags")) else "")
     return [str(r["label"]), str(r["problem"]), str(r["status"]), f"{int(r['passed'])}/{int(r['solutions'])}",
-            best, fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms"), _text(r.get("size")),
-            _text(r.get("flags")).replace(",", ", ")]
+            best, fmt(r["runtime_ms"], "ms"), fmt(r["ref_runtime_ms"], "ms"), text_cell(r.get("size")),
+            text_cell(r.get("flags")).replace(",", ", ")]
 
 
-def _text(v) -> str:
+def text_cell(v) -> str:
+    """A text column's cell: "-" for none (pandas reads a missing one as NaN)."""
     return v if isinstance(v, str) and v else "-"
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 import pandas as pd
 
 from .leaderboard import (CAVEAT_NOTE, PROBLEM_HEAD, STATUS_ORDER, SUMMARY_HEAD, best_passing, caveated, label_summary,
-                          load_records, md_table, per_problem, problem_cells, summary_cells)
+                          load_records, md_table, per_problem, problem_cells, summary_cells, text_cell)
 from .report import clip
 
 PLOTS = ("speedups", "distribution", "fast_p", "statuses")
@@ -187,7 +187,7 @@ def write(runs: list[str | Path], out_dir: str | Path, signed_only: bool = True)
     sol_head = ["label", "problem", "solution", "status", "speedup", "size", "flags", "why it failed"]
     sol_rows = [[r.label, r.problem, Path(str(r.solution)).name, r.status,
                  "-" if r.speedup != r.speedup or r.speedup is None else f"{r.speedup:.3f}x" + ("*" if caveated(r.flags) else ""),
-                 r.size if isinstance(r.size, str) else "-", (r.flags or "-").replace(",", ", "), clip(r.error or "", 160)]
+                 text_cell(r.size), text_cell(r.flags).replace(",", ", "), clip(r.error or "", 160)]
                 for r in sorted(df.itertuples(), key=lambda r: (r.label, natural(r.problem), str(r.solution)))]
     caveats = "* " + CAVEAT_NOTE if any(caveated(f) for f in df["flags"]) else ""
     title = f"{len(df)} records, {df.problem.nunique()} problems, {df.label.nunique()} label(s)"
