@@ -9,7 +9,12 @@ This starts a reference-like process (times a memory-bound add and a matmul with
 of one-element probes, the quiet check's: `monitor.quiet_gpu`) and an attacker process that, told
 to, queues work and is then stopped (SIGSTOP) as the candidate is, for each kind of work in turn.
 
-    python bench/diag/gpu_beside.py [--modes spin1,spinall,d2d,h2d] [--ms 300]
+    python bench/diag/gpu_beside.py [--modes spin1,spinall,d2d,h2d] [--ms 300] [--lock] [--jail]
+
+`--lock`: before the stop, this process (root) locks the attacker through the driver's checkpoint
+API (`cuCheckpointProcessLock`: further CUDA calls blocked; does it wait for the queued work?), and
+unlocks it after; prints what a lock and unlock cost on an idle process. `--jail`: the attacker runs
+as nobody in a PID namespace of its own, as a jailed candidate does.
 """
 from __future__ import annotations
 
@@ -120,12 +125,58 @@ def reference(calls: int) -> None:
         print(json.dumps(out), flush=True)
 
 
+class _Locker:
+    """The driver's checkpoint lock, called from outside the process it locks."""
+
+    class _Args(__import__("ctypes").Structure):
+        import ctypes as _c
+        _fields_ = [("timeoutMs", _c.c_uint), ("reserved0", _c.c_uint), ("reserved1", _c.c_uint64 * 7)]
+
+    def __init__(self):
+        import ctypes
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        print("cuInit:", self.cu.cuInit(0), flush=True)
+
+    def lock(self, pid: int, timeout_ms: int = 5000):
+        import ctypes
+        a = self._Args(timeoutMs=timeout_ms)
+        t = time.perf_counter()
+        rc = self.cu.cuCheckpointProcessLock(ctypes.c_int(pid), ctypes.byref(a))
+        return round((time.perf_counter() - t) * 1e3, 2), rc
+
+    def unlock(self, pid: int):
+        import ctypes
+        t = time.perf_counter()
+        rc = self.cu.cuCheckpointProcessUnlock(ctypes.c_int(pid), None)
+        return round((time.perf_counter() - t) * 1e3, 2), rc
+
+    def cycle(self, pid: int):
+        (a, rc), (b, rc2) = self.lock(pid), self.unlock(pid)
+        return a, b, (rc, rc2)
+
+
+def _leaf(pid: int) -> int:
+    """The deepest first child under `pid` (unshare --fork, setpriv exec in place)."""
+    for _ in range(50):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            return pid
+        if not kids:
+            return pid
+        pid = int(kids[0])
+    return pid
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--role", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--modes", default="spin1,spinall,d2d,h2d")
     ap.add_argument("--ms", type=float, default=300.0)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--lock", action="store_true")
+    ap.add_argument("--jail", action="store_true")
     args = ap.parse_args()
     if args.role == "attacker":
         attacker(args.ms)
@@ -133,13 +184,22 @@ def main() -> int:
     if args.role == "reference":
         reference(args.calls)
         return 0
-    start = lambda role: subprocess.Popen([sys.executable, __file__, "--role", role, "--ms", str(args.ms),  # noqa: E731
-                                           "--calls", str(args.calls)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True)
-    att, ref = start("attacker"), start("reference")
+    def start(role, jail=False):
+        pre = ["unshare", "--pid", "--fork", "--mount-proc", "setpriv", "--reuid=65534", "--regid=65534",
+               "--clear-groups"] if jail else []
+        return subprocess.Popen(pre + [sys.executable, os.path.abspath(__file__), "--role", role, "--ms", str(args.ms),
+                                       "--calls", str(args.calls)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    att, ref = start("attacker", args.jail), start("reference")
+    lock = _Locker() if args.lock else None
     try:
         print("attacker alone:", att.stdout.readline().strip())
         assert ref.stdout.readline().strip() == "ready"
+        apid = _leaf(att.pid)  # the python under unshare's fork, under its machine pid
+        if lock:
+            costs = [lock.cycle(apid) for _ in range(20)]
+            print(f"lock+unlock of an idle process (pid {apid}): rc {costs[0][2]}, lock ms median "
+                  f"{statistics.median(c[0] for c in costs):.2f} max {max(c[0] for c in costs):.2f}, unlock ms median "
+                  f"{statistics.median(c[1] for c in costs):.2f} max {max(c[1] for c in costs):.2f}")
 
         def timed() -> dict:
             ref.stdin.write("go\n")
@@ -150,11 +210,15 @@ def main() -> int:
             att.stdin.write(mode + "\n")
             att.stdin.flush()
             assert att.stdout.readline().strip() == "queued"
-            os.kill(att.pid, signal.SIGSTOP)  # frozen, as a candidate is while the reference is timed
+            lock_ms = lock.lock(apid) if lock else None
+            os.kill(apid, signal.SIGSTOP)  # frozen, as a candidate is while the reference is timed
             t = time.perf_counter()
             rows.append((mode, timed()))
             rows[-1][1]["round_ms"] = (time.perf_counter() - t) * 1e3
-            os.kill(att.pid, signal.SIGCONT)
+            rows[-1][1]["lock"] = lock_ms
+            os.kill(apid, signal.SIGCONT)
+            if lock:
+                lock.unlock(apid)
             att.stdin.write("\n")
             att.stdin.flush()
             assert att.stdout.readline().strip() == "done"
@@ -162,11 +226,11 @@ def main() -> int:
     finally:
         for p in (att, ref):
             p.kill()
-    print(f"| attacker's queued work ({args.ms:.0f} ms) | probe us first / median / max | add us | matmul us |")
-    print("|---|---|---:|---:|")
+    print(f"| attacker's queued work ({args.ms:.0f} ms) | probe us first / median / max | add us | matmul us | lock (ms, rc) |")
+    print("|---|---|---:|---:|---|")
     for name, r in rows:
         print(f"| {name} | {r['probe_us_first']:.0f} / {r['probe_us_median']:.0f} / {r['probe_us_max']:.0f} | "
-              f"{r['add_us']:.1f} | {r['matmul_us']:.1f} |")
+              f"{r['add_us']:.1f} | {r['matmul_us']:.1f} | {r.get('lock')} |")
     return 0
 
 
