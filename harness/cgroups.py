@@ -251,6 +251,17 @@ def join(groups: list[str]) -> None:
             fh.write(str(os.getpid()))
 
 
+def procs(groups: list[str]) -> list[int]:
+    """Every process in the groups (their pids as this process sees them), from the first group that
+    lists them."""
+    for g in map(Path, groups):
+        try:
+            return [int(p) for p in (g / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return []
+
+
 def memory_exceeded(groups: list[str]) -> bool:
     """Whether the memory cap made the kernel kill (or refuse) something in the group."""
     for g in map(Path, groups):

@@ -126,6 +126,9 @@ class Hardening(_Section):
     protect_parent: bool = True
     sandbox: Literal["auto", "on", "off"] = "auto"
     timing_cpus: Literal["apart", "shared"] = "apart"
+    # on a GPU, how long a pause between rounds waits for the GPU work a candidate left queued
+    # (process/gpulock.py); 0: not drained
+    gpu_drain_s: float = Field(10.0, ge=0)
     # what a jailed process and everything it starts may take of the host's memory (cgroups.py);
     # 0: half the host's
     jail_memory_gb: float = Field(0.0, ge=0)

@@ -410,3 +410,21 @@ def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_
             assert ref_cpu in JAILS._off and cand_cpu not in JAILS._off, (ref_cpu, cand_cpu, JAILS._off)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@gpu
+def test_gpu_work_left_running_after_a_round_is_drained_before_the_reference():
+    """A kernel the candidate leaves spinning when its round ends runs on while it is frozen, and the
+    GPU time-slices it with the reference's round. Without the drain the reference's 2.7 ms matmul
+    is slowed and an identical forward reads as a speedup; with it (process/gpulock.py) the parent's
+    lock waits for that kernel before the reference is timed."""
+    from harness.evaluation import evaluate
+    exp = read_expectation(ROOT / "tests/adversarial/gpu/gpu_work_beside_reference.py")
+    drained = evaluate_fixture(exp, device="cuda")
+    assert "gpu_drained_while_other_timed" in drained.protections, drained.protections
+    assert drained.status.value == "passed" and drained.speedup < 1.2, (drained.speedup, drained.error)
+    assert drained.timing_method["cand_drained_ms_max"] > 20, drained.timing_method
+    undrained = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides,
+                                                            **{"hardening.gpu_drain_s": 0}))
+    assert undrained.status.value == "passed" and undrained.speedup > 1.4, (undrained.speedup, undrained.error)
+    assert "cand_drained_ms_max" not in undrained.timing_method

@@ -154,6 +154,10 @@ class Worker:
         self.groups: list[str] = []  # its jail's control groups (cgroups.py): frozen with it in pause()
         self.jail = None  # its Jail, where it has one (a clocked round's slots go in its home: timing.clocked)
         self.unfrozen = 0  # pauses after which its groups were still freezing at FREEZE_WAIT_S
+        self.undrained: list[str] = []  # CUDA processes a pause could not lock (gpulock.py), and why
+        self.drained_ms: list[float] = []  # per draining pause, how long its GPU work took to drain
+        self.drain_unavailable: Optional[str] = None  # why a pause could not drain at all (no such driver)
+        self._held = None  # gpulock.Held: its CUDA processes locked while paused
         if setup is not None:
             self._send_setup(setup)  # validated above
 
@@ -298,13 +302,18 @@ class Worker:
             return None
 
     # -- control ---------------------------------------------------------------------------------
-    def pause(self) -> None:
+    def pause(self, drain_gpu_s: Optional[float] = None) -> None:
         """Stop the whole process group (SIGSTOP) while something else is timed, and freeze its
         jail's control group: a process it started in a session of its own stops too (cgroups.py).
         The group is frozen first: a task stopped by the signal while the freeze begins can stay
-        "freezing" until it is continued (seen here: 5 of 300 pauses on cgroup v1)."""
+        "freezing" until it is continued (seen here: 5 of 300 pauses on cgroup v1).
+        `drain_gpu_s`: before that, every CUDA process of its jail is locked (gpulock.py), which waits
+        up to that long for the GPU work they queued to finish and blocks their further CUDA calls
+        until resume(); `drained_ms` and `undrained` say how it went."""
         with self._pause_lock:
             if self.proc.poll() is None and not self.stopped:
+                if drain_gpu_s is not None:
+                    self._drain(drain_gpu_s)
                 if self.groups and freeze(self.groups, True, FREEZE_WAIT_S) is False:
                     self.unfrozen += 1
                 try:
@@ -323,9 +332,24 @@ class Worker:
                     pass
                 if self.groups:
                     freeze(self.groups, False)
+                if self._held is not None:
+                    self._held.release()
+                    self._held = None
                 self.stopped = False
                 self._stopped_s += time.perf_counter() - self._stopped_at
                 self._stopped_at = None
+
+    def _drain(self, wait_s: float) -> None:
+        from . import gpulock
+        from ..cgroups import procs
+        pids = (procs(self.groups) if self.groups else []) or [self.proc.pid]
+        held = gpulock.hold(pids, wait_s)
+        if held is None:
+            self.drain_unavailable = gpulock.unavailable()
+            return
+        self._held = held
+        self.drained_ms.append(held.ms)
+        self.undrained += held.failed
 
     def stopped_for(self) -> float:
         """Seconds spent stopped so far, a stop under way included."""

@@ -24,6 +24,10 @@ from . import baseline
 from .candidate import CandidateProcesses
 from .context import Context, Failure
 
+# the longest drain of a candidate's GPU work at a pause (process/gpulock.py) that is not flagged:
+# locking an idle process took 0.1-1 ms on an H200 (session 47)
+GPU_LEFT_MS = 5.0
+
 
 @dataclass
 class Timed:
@@ -184,7 +188,8 @@ class PairTimer:
                 break
             if m2.mismatched_calls:
                 raise stale_outputs(m2.mismatched_calls)
-            if "malformed_report" in m2.flags or "unfreezable" in m2.flags or "tensor_subclass" in m2.flags \
+            if "malformed_report" in m2.flags or "unfreezable" in m2.flags or "gpu_undrained" in m2.flags \
+                    or "tensor_subclass" in m2.flags \
                     or m2.restart_candidate:
                 _sound(m2, c)  # a measurement no check flags is adopted: it must be one to report at all
             cheats = clock_checks(m2, cfg, cuda, again) or (
@@ -225,6 +230,10 @@ def _sound(m: Measurement, c: Worker) -> None:
     if "unfreezable" in m.flags:
         raise Failure(Status.rejected, "the solution's processes could not be stopped while the reference was "
                       "timed (still busy in the kernel after the freeze's wait)", ["unfreezable"], log=c.log_tail())
+    if "gpu_undrained" in m.flags:
+        raise Failure(Status.rejected, "the GPU work the solution left queued after its round could not be drained "
+                      f"before the reference's (hardening.gpu_drain_s): {'; '.join(m.undrained)[:300]}",
+                      ["gpu_undrained"], log=c.log_tail())
     if len(m.cand.times) < 2 or len(m.ref.times) < 2:
         raise Failure(Status.runtime_error, "too few timing samples survived (clock throttling?)", ["throttled"])
     if m.mismatched_calls:
@@ -299,6 +308,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         ctx.res.timing_method["cand_cpus_median"] = round(used, 2)
         if used > cfg.timing.cpu_threads + 0.5:
             ctx.flag("cpu_oversubscribed")
+    if m.drained_ms and max(m.drained_ms) > GPU_LEFT_MS:  # harmless once drained, but no honest loop leaves it
+        ctx.flag("gpu_work_after_round")
     for f in m.flags + timer.quiet_flags:
         if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet"):
             ctx.flag(f)
@@ -426,6 +437,10 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
         "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
         "host_contended_rounds": m.contended_rounds,
+        # GPU: the candidate's work drained before each reference round (process/gpulock.py): the
+        # longest wait, what it had left running (an honest one's timing loop leaves none)
+        **({"cand_drained_ms_max": round(max(m.drained_ms), 2)} if cuda and m.drained_ms else {}),
+        **({"cand_drain_unavailable": m.drain_unavailable[:200]} if cuda and m.drain_unavailable else {}),
         "rounds_retaken": m.retaken[:10],  # (throttled on a GPU, waited in for a CPU on the CPU path)
         **({"host_cpus": m.host_cpus, "host_steal_ms": m.host_steal_ms} if not cuda else {}),
         # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's

@@ -119,6 +119,12 @@ class Measurement:
     # (each side its own), and why not the reference's where it was asked and could not
     inputs: str = "own"
     inputs_why: Optional[str] = None
+    # GPU: how long the candidate's work took to drain at each pause for the reference's round
+    # (process/gpulock.py: work it left queued, which would have run beside the reference's), and why
+    # it could not be drained where the driver cannot
+    drained_ms: list[float] = field(default_factory=list)
+    drain_unavailable: Optional[str] = None
+    undrained: list[str] = field(default_factory=list)  # its CUDA processes no pause could lock, and why
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
@@ -553,10 +559,16 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
             if ticked and not c_clock.ok:
                 _unclocked(m, files, c_clock)
                 break
-            cand.pause()  # nothing of the candidate's runs while the reference is timed
-            if getattr(cand, "unfrozen", 0):
+            # nothing of the candidate's runs while the reference is timed, on the GPU neither
+            n_drained = len(getattr(cand, "drained_ms", []))
+            cand.pause(drain_gpu_s=cfg.hardening.gpu_drain_s if cuda and cfg.hardening.gpu_drain_s > 0 else None)
+            m.drained_ms += getattr(cand, "drained_ms", [])[n_drained:]
+            m.drain_unavailable = getattr(cand, "drain_unavailable", None)
+            if getattr(cand, "unfrozen", 0) or getattr(cand, "undrained", None):
                 cand.resume()
-                m.flags.append("unfreezable")  # its helpers were still running: no reference round beside them
+                # its helpers were still running, or its GPU work: no reference round beside them
+                m.flags.append("unfreezable" if getattr(cand, "unfrozen", 0) else "gpu_undrained")
+                m.undrained = list(getattr(cand, "undrained", []))
                 break
             try:
                 r_cmd = cmd
@@ -752,6 +764,8 @@ def pooled(ms: list[Measurement]) -> Measurement:
         out.retaken += m.retaken
         out.flags += [f for f in m.flags if f not in out.flags]
         out.cand_cpus += m.cand_cpus
+        out.drained_ms += m.drained_ms
+        out.drain_unavailable = out.drain_unavailable or m.drain_unavailable
         out.ref_waited_ms += m.ref_waited_ms
         out.ref_wall_ms += m.ref_wall_ms
         out.cand_waited_ms += m.cand_waited_ms

@@ -1,0 +1,129 @@
+"""The drain of a paused candidate's GPU work (harness/process/gpulock.py): which processes are
+locked and what a failed lock means, with a stand-in for the driver; on a machine without one, a
+pause drains nothing and rejects nothing. The drain itself, on a GPU: tests/test_gpu.py
+(gpu_work_beside_reference.py)."""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from conftest import TESTS, read_expectation
+
+
+class FakeDriver:
+    """GetState answers for CUDA processes only; Lock fails for those in `refuse`."""
+
+    def __init__(self, states: dict[int, int], refuse: set[int] = frozenset()):
+        self.states, self.refuse = dict(states), set(refuse)
+        self.locked: list[int] = []
+        self.unlocked: list[int] = []
+        self.timeouts: list[int] = []
+
+    def cuCheckpointProcessGetState(self, pid, out):
+        if pid not in self.states:
+            return 999  # no CUDA in it
+        out._obj.value = self.states[pid]
+        return 0
+
+    def cuCheckpointProcessLock(self, pid, args):
+        self.timeouts.append(args._obj.timeoutMs)
+        if pid in self.refuse:
+            return 702
+        self.states[pid] = 1  # locked
+        self.locked.append(pid)
+        return 0
+
+    def cuCheckpointProcessUnlock(self, pid, _):
+        self.states[pid] = 0
+        self.unlocked.append(pid)
+        return 0
+
+
+def test_every_cuda_process_is_locked_and_one_the_lock_cannot_hold_is_named(monkeypatch):
+    from harness.process import gpulock
+    fake = FakeDriver({2: 0, 3: 0, 4: 2}, refuse={3})  # 1: no CUDA; 4: checkpointed by someone else
+    monkeypatch.setattr(gpulock, "_driver", lambda: fake)
+    held = gpulock.hold([1, 2, 3, 4], timeout_s=2.0)
+    assert held.pids == [2] and fake.locked == [2]
+    assert len(held.failed) == 2 and "pid 3" in held.failed[0] and "pid 4" in held.failed[1], held.failed
+    assert all(0 < t <= 2000 for t in fake.timeouts), fake.timeouts
+    held.release()
+    assert fake.unlocked == [2] and held.pids == []
+
+
+def test_a_process_that_left_cuda_between_the_state_and_the_lock_is_not_a_failure(monkeypatch):
+    from harness.process import gpulock
+
+    class Gone(FakeDriver):
+        def cuCheckpointProcessLock(self, pid, args):
+            del self.states[pid]  # exited meanwhile
+            return 3
+    fake = Gone({5: 0})
+    monkeypatch.setattr(gpulock, "_driver", lambda: fake)
+    held = gpulock.hold([5], timeout_s=1.0)
+    assert held.pids == [] and held.failed == []
+
+
+def _worker(tmp_path):
+    from harness.build import child_env
+    from harness.problems import find_problem
+    from harness.process.worker import Worker
+    exp = read_expectation(TESTS / "fixtures" / "cpu" / "honest_cpp.py")
+    setup = {"role": "candidate", "problem_path": str(find_problem(exp.problem).path),
+             "solution_path": str(exp.path), "device": "cpu", "size": "small", "dtype": None, "cpu_threads": 1}
+    w = Worker(setup, env=child_env(tmp_path / "ext", "cpu"))
+    assert w.wait_reply("load", 300).ok
+    return w
+
+
+def test_a_pause_locks_the_process_it_stops_and_unlocks_it_when_resumed(tmp_path, monkeypatch):
+    """With a driver (a stand-in here), pause(drain_gpu_s) locks the worker's process before the
+    stop, keeps how long that took, names a lock that failed, and resume() unlocks it."""
+    from harness.process import gpulock
+    w = _worker(tmp_path)
+    try:
+        fake = FakeDriver({w.proc.pid: 0})
+        monkeypatch.setattr(gpulock, "_driver", lambda: fake)
+        w.pause(drain_gpu_s=1.0)
+        assert w.stopped and fake.locked == [w.proc.pid] and len(w.drained_ms) == 1 and not w.undrained
+        w.resume()
+        assert fake.unlocked == [w.proc.pid] and not w.stopped
+        fake.refuse.add(w.proc.pid)
+        w.pause(drain_gpu_s=1.0)
+        assert w.undrained and str(w.proc.pid) in w.undrained[0], w.undrained
+        w.resume()
+        w.pause()  # no drain asked: the driver is not called
+        w.resume()
+        assert fake.locked == [w.proc.pid] and len(fake.timeouts) == 2
+    finally:
+        w.kill()
+        w.close(grace=0)
+
+
+def test_without_a_driver_a_pause_drains_nothing_and_rejects_nothing(tmp_path):
+    from harness.process import gpulock
+    if gpulock.unavailable() is None:
+        pytest.skip("this machine has a CUDA driver with the checkpoint API")
+    w = _worker(tmp_path)
+    try:
+        w.pause(drain_gpu_s=1.0)
+        assert w.stopped and w.drain_unavailable and not w.undrained and not w.drained_ms
+        w.resume()
+    finally:
+        w.kill()
+        w.close(grace=0)
+
+
+def test_an_undrained_measurement_rejects_the_candidate():
+    from harness.stages.context import Failure
+    from harness.stages.timed import _sound
+    from harness.timing.measure import Measurement
+
+    class Cand:
+        def log_tail(self):
+            return ""
+    m = Measurement(flags=["gpu_undrained"], undrained=["pid 7: lock failed, CUDA driver error 702"])
+    with pytest.raises(Failure) as e:
+        _sound(m, Cand())
+    assert e.value.status.value == "rejected" and "gpu_undrained" in e.value.flags and "pid 7" in str(e.value)
+    assert ctypes.sizeof(__import__("harness.process.gpulock", fromlist=["_LockArgs"])._LockArgs) == 64
