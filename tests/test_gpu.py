@@ -426,5 +426,7 @@ def test_gpu_work_left_running_after_a_round_is_drained_before_the_reference():
     assert drained.timing_method["cand_drained_ms_max"] > 20, drained.timing_method
     undrained = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides,
                                                             **{"hardening.gpu_drain_s": 0}))
+    print(f"drained: {drained.speedup:.3f} {drained.speedup_ci} drained_ms_max {drained.timing_method['cand_drained_ms_max']}"
+          f" flags {drained.flags}; undrained: {undrained.speedup} {undrained.speedup_ci} flags {undrained.flags}")
     assert undrained.status.value == "passed" and undrained.speedup > 1.4, (undrained.speedup, undrained.error)
     assert "cand_drained_ms_max" not in undrained.timing_method
