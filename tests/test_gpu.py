@@ -415,18 +415,23 @@ def test_a_jailed_solution_on_a_gpu_is_timed_on_a_cpu_of_its_own_and_its_timers_
 @gpu
 def test_gpu_work_left_running_after_a_round_is_drained_before_the_reference():
     """A kernel the candidate leaves spinning when its round ends runs on while it is frozen, and the
-    GPU time-slices it with the reference's round. Without the drain the reference's 2.7 ms matmul
-    is slowed and an identical forward reads as a speedup; with it (process/gpulock.py) the parent's
-    lock waits for that kernel before the reference is timed."""
+    GPU time-slices it with the reference's round. Without the wait the reference's 2.7 ms matmul is
+    slowed and an identical forward reads as a speedup; with it the reference is timed only once the
+    GPU is quiet: the candidate's process locked through the driver (process/gpulock.py) where it
+    can be, CUPTI let go of first (events), and where CUPTI stays (kernel spans) the reference's quiet
+    probes before and after its round."""
     from harness.evaluation import evaluate
     exp = read_expectation(ROOT / "tests/adversarial/gpu/gpu_work_beside_reference.py")
-    drained = evaluate_fixture(exp, device="cuda")
-    assert "gpu_drained_while_other_timed" in drained.protections, drained.protections
-    assert drained.status.value == "passed" and drained.speedup < 1.2, (drained.speedup, drained.error)
-    assert drained.timing_method["cand_drained_ms_max"] > 20, drained.timing_method
-    undrained = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides,
-                                                            **{"hardening.gpu_drain_s": 0}))
-    print(f"drained: {drained.speedup:.3f} {drained.speedup_ci} drained_ms_max {drained.timing_method['cand_drained_ms_max']}"
-          f" flags {drained.flags}; undrained: {undrained.speedup} {undrained.speedup_ci} flags {undrained.flags}")
-    assert undrained.status.value == "passed" and undrained.speedup > 1.4, (undrained.speedup, undrained.error)
-    assert "cand_drained_ms_max" not in undrained.timing_method
+    locked = evaluate_fixture(exp, device="cuda")
+    probed = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides, **{"timing.kernel_span": "on"}))
+    left = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides, **{"hardening.gpu_drain_s": 0}))
+    for name, r in (("locked", locked), ("probed", probed), ("left", left)):
+        print(name, r.status.value, r.speedup, r.speedup_ci, r.flags, r.timing_method.get("cand_gpu_left_ms_max"),
+              r.timing_method.get("cand_gpu_left_checks"), r.timing_method.get("method"), r.error)
+    assert "gpu_quiet_while_other_timed" in locked.protections, locked.protections
+    for r, how in ((locked, "locked"), (probed, "probed")):
+        assert r.status.value == "passed" and r.speedup < 1.2, (how, r.speedup, r.error)
+        assert r.timing_method["cand_gpu_left_ms_max"] > 20 and "gpu_work_after_round" in r.flags, (how, r.timing_method)
+        assert r.timing_method["cand_gpu_left_checks"].get(how, 0) >= 1, (how, r.timing_method)
+    assert left.status.value == "passed" and left.speedup > 1.4, (left.speedup, left.error)
+    assert "cand_gpu_left_ms_max" not in left.timing_method

@@ -27,8 +27,10 @@ class FakeDriver:
 
     def cuCheckpointProcessLock(self, pid, args):
         self.timeouts.append(args._obj.timeoutMs)
+        if pid in getattr(self, "unsupported", ()):
+            return 801
         if pid in self.refuse:
-            return 702
+            return 909
         self.states[pid] = 1  # locked
         self.locked.append(pid)
         return 0
@@ -41,10 +43,11 @@ class FakeDriver:
 
 def test_every_cuda_process_is_locked_and_one_the_lock_cannot_hold_is_named(monkeypatch):
     from harness.process import gpulock
-    fake = FakeDriver({2: 0, 3: 0, 4: 2}, refuse={3})  # 1: no CUDA; 4: checkpointed by someone else
+    fake = FakeDriver({2: 0, 3: 0, 4: 2, 6: 0}, refuse={3})  # 1: no CUDA; 4: checkpointed by someone else
+    fake.unsupported = {6}  # CUPTI attached: the driver will not lock it
     monkeypatch.setattr(gpulock, "_driver", lambda: fake)
-    held = gpulock.hold([1, 2, 3, 4], timeout_s=2.0)
-    assert held.pids == [2] and fake.locked == [2]
+    held = gpulock.hold([1, 2, 3, 4, 6], timeout_s=2.0)
+    assert held.pids == [2] and fake.locked == [2] and held.unsupported == [6]
     assert len(held.failed) == 2 and "pid 3" in held.failed[0] and "pid 4" in held.failed[1], held.failed
     assert all(0 < t <= 2000 for t in fake.timeouts), fake.timeouts
     held.release()
@@ -127,3 +130,90 @@ def test_an_undrained_measurement_rejects_the_candidate():
         _sound(m, Cand())
     assert e.value.status.value == "rejected" and "gpu_undrained" in e.value.flags and "pid 7" in str(e.value)
     assert ctypes.sizeof(__import__("harness.process.gpulock", fromlist=["_LockArgs"])._LockArgs) == 64
+
+
+class Reply:
+    def __init__(self, **kw):
+        self.ok, self.error = True, None
+        self.__dict__.update(kw)
+
+
+class FakeCand:
+    """What _leave_gpu_quiet asks of a candidate's Worker: its pause's drain as told."""
+
+    def __init__(self, unsupported=(), undrained=(), left_ms=0.4):
+        self.profiler_detached = False
+        self.sent, self.paused, self.resumed = [], [], 0
+        self.drained_ms, self.undrained, self.unfrozen = [], list(undrained), 0
+        self.drain_unavailable, self.drain_unsupported, self._unsupported = None, [], list(unsupported)
+        self.left_ms = left_ms
+
+    def request(self, cmd, timeout):
+        self.sent.append(cmd)
+        return Reply(), 0.001
+
+    def pause(self, drain_gpu_s=None):
+        self.paused.append(drain_gpu_s)
+        if drain_gpu_s is not None:
+            self.drained_ms.append(self.left_ms)
+            self.drain_unsupported = list(self._unsupported)
+
+    def resume(self):
+        self.resumed += 1
+
+
+class FakeRef:
+    def __init__(self, *quiet_s, quiet=True):
+        self.quiet_s, self.quiet, self.sent = list(quiet_s), quiet, []
+
+    def request(self, cmd, timeout):
+        self.sent.append(cmd)
+        return Reply(quiet_s=self.quiet_s.pop(0), quiet_probes=3, quiet=self.quiet), 0.001
+
+
+def _cfg(**kw):
+    from harness.config import load_config
+    return load_config(None, kw)
+
+
+def test_a_lockable_candidate_lets_go_of_cupti_once_and_is_locked_for_each_reference_round():
+    from harness.timing.measure import Measurement, _leave_gpu_quiet
+    m, cand, ref, cfg = Measurement(), FakeCand(), FakeRef(), _cfg()
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, False, 5.0) is False
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, False, 5.0) is False
+    assert [c.op for c in cand.sent] == ["profiler"] and cand.sent[0].detach and cand.profiler_detached
+    assert cand.paused == [10.0, 10.0] and not ref.sent and m.gpu_left_checks == {"locked": 2}
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, True, 5.0) is False  # a round with spans: CUPTI again
+    assert not cand.profiler_detached and len(cand.sent) == 1
+    m2 = Measurement()
+    assert _leave_gpu_quiet(m2, FakeCand(), ref, cfg, False, False, 5.0) is False  # the CPU path: no drain
+    assert m2.gpu_left_checks == {} and not m2.drained_ms
+
+
+def test_an_unlockable_candidate_has_the_reference_wait_for_a_quiet_gpu_and_check_after():
+    from harness.timing.measure import Measurement, _busy_after, _leave_gpu_quiet
+    m, cand, ref, cfg = Measurement(), FakeCand(unsupported=[41]), FakeRef(0.06, 0.0004, 0.03), _cfg()
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, True, 5.0) is True
+    assert ref.sent[0].op == "quiet" and ref.sent[0].max_s == 10.0
+    assert 60.0 in [round(x, 3) for x in m.drained_ms] and m.gpu_left_checks == {"probed": 1}
+    assert _busy_after(m, ref, cfg, 5.0) is None  # 0.4 ms: an idle GPU's probes
+    busy = _busy_after(m, ref, cfg, 5.0)
+    assert busy and "30.0 ms" in busy, busy
+
+
+def test_a_gpu_still_busy_at_the_drains_end_rejects_and_a_busy_round_is_retaken():
+    from harness.timing.measure import Measurement, _judge_rounds, _leave_gpu_quiet, _retakes
+    m, cand = Measurement(), FakeCand(unsupported=[41])
+    assert _leave_gpu_quiet(m, cand, FakeRef(10.0, quiet=False), _cfg(), True, False, 5.0) is None
+    assert m.flags == ["gpu_undrained"] and "41" in m.undrained[0] and cand.resumed == 1
+    m, cand = Measurement(), FakeCand(undrained=["pid 9: lock failed, CUDA driver error 909"])
+    assert _leave_gpu_quiet(m, cand, FakeRef(), _cfg(), True, False, 5.0) is None
+    assert m.flags == ["gpu_undrained"] and "909" in m.undrained[0]
+    t = _cfg().timing
+    m = Measurement()
+    reply = Reply(times_ms=[1.0, 1.0])
+    _, st_r = _judge_rounds(m, t, (None, None, None), reply, reply, "the GPU busy after the reference's round (30.0 ms)")
+    assert st_r["slow"] and m.throttled == 2 and m.retaken and not m.flags
+    m.retaken = ["x"] * _retakes(t)
+    _, st_r = _judge_rounds(m, t, (None, None, None), reply, reply, "busy")
+    assert not st_r["slow"] and m.flags == ["device_not_quiet"]  # measured under it, marked

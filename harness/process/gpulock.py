@@ -11,6 +11,11 @@ before it is frozen, blocks the process's further CUDA calls and returns once th
 submitted, kernels and copies on every stream, has finished (0.1-1 ms on an idle process; the 300 ms
 of a left kernel otherwise), for a process of another uid in a PID namespace of its own too; it is
 unlocked when the candidate is thawed. The parent loads the driver for it (cuInit makes no context).
+The driver (580) will not lock a process CUPTI is attached to (bench/diag/gpu_lock_features.py: IPC
+exports and imports, pinned memory are fine), so a candidate process timed by events lets go of CUPTI
+after its first round (Runner.detach_profiler); where it cannot be locked (CUPTI kept for kernel
+spans, or a solution's own), the reference's process waits for a quiet GPU before its round and
+checks again after it (timing/measure.py).
 """
 from __future__ import annotations
 
@@ -19,7 +24,12 @@ import threading
 import time
 from typing import Optional
 
+# the longest a candidate's GPU work may outlast its round unflagged (gpu_work_after_round): locking
+# an idle process took 0.1-1 ms on an H200, an idle GPU's quiet probes about 0.5 ms (session 47)
+LEFT_MS = 5.0
+
 CUDA_SUCCESS = 0
+CUDA_ERROR_NOT_SUPPORTED = 801
 CU_PROCESS_STATE_RUNNING = 0
 
 
@@ -72,6 +82,9 @@ class Held:
         self.pids: list[int] = []
         self.ms = 0.0          # how long the locks took: the GPU work left when the candidate was paused
         self.failed: list[str] = []  # CUDA processes left running: their work may run beside the reference
+        # CUDA processes the driver will not lock (CUPTI attached to one: CUDA_ERROR_NOT_SUPPORTED);
+        # their work is waited out by the reference's quiet probes instead (timing/measure.py)
+        self.unsupported: list[int] = []
 
     def release(self) -> None:
         lib = _driver()
@@ -99,6 +112,8 @@ def hold(pids: list[int], timeout_s: float) -> Optional[Held]:
         rc = lib.cuCheckpointProcessLock(pid, ctypes.byref(_LockArgs(timeoutMs=left_ms)))
         if rc == CUDA_SUCCESS:
             out.pids.append(pid)
+        elif rc == CUDA_ERROR_NOT_SUPPORTED:
+            out.unsupported.append(pid)
         elif _state(lib, pid) is not None:  # still a CUDA process, and not locked
             out.failed.append(f"pid {pid}: lock failed, CUDA driver error {rc}")
     out.ms = (time.perf_counter() - t0) * 1e3

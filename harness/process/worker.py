@@ -157,6 +157,8 @@ class Worker:
         self.undrained: list[str] = []  # CUDA processes a pause could not lock (gpulock.py), and why
         self.drained_ms: list[float] = []  # per draining pause, how long its GPU work took to drain
         self.drain_unavailable: Optional[str] = None  # why a pause could not drain at all (no such driver)
+        self.drain_unsupported: list[int] = []  # the last pause's CUDA processes the driver would not lock
+        self.profiler_detached = False  # CUPTI let go of its process (measure: ProfilerCommand(detach))
         self._held = None  # gpulock.Held: its CUDA processes locked while paused
         if setup is not None:
             self._send_setup(setup)  # validated above
@@ -344,6 +346,7 @@ class Worker:
         from ..cgroups import procs
         pids = (procs(self.groups) if self.groups else []) or [self.proc.pid]
         held = gpulock.hold(pids, wait_s)
+        self.drain_unsupported = [] if held is None else held.unsupported
         if held is None:
             self.drain_unavailable = gpulock.unavailable()
             return

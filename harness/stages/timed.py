@@ -24,10 +24,6 @@ from . import baseline
 from .candidate import CandidateProcesses
 from .context import Context, Failure
 
-# the longest drain of a candidate's GPU work at a pause (process/gpulock.py) that is not flagged:
-# locking an idle process took 0.1-1 ms on an H200 (session 47)
-GPU_LEFT_MS = 5.0
-
 
 @dataclass
 class Timed:
@@ -308,7 +304,8 @@ def time_solution(ctx: Context, cand: CandidateProcesses, ref: ReferenceSession)
         ctx.res.timing_method["cand_cpus_median"] = round(used, 2)
         if used > cfg.timing.cpu_threads + 0.5:
             ctx.flag("cpu_oversubscribed")
-    if m.drained_ms and max(m.drained_ms) > GPU_LEFT_MS:  # harmless once drained, but no honest loop leaves it
+    from ..process.gpulock import LEFT_MS
+    if m.drained_ms and max(m.drained_ms) > LEFT_MS:  # harmless once waited out, but no honest loop leaves it
         ctx.flag("gpu_work_after_round")
     for f in m.flags + timer.quiet_flags:
         if f in ("cuda_graph_unavailable", "throttled", "launch_hold_unavailable", "device_not_quiet"):
@@ -437,10 +434,12 @@ def method_record(ctx: Context, m: Measurement) -> dict:
         "throttle_ratio": t.throttle_ratio, "throttled_samples_dropped": m.throttled,
         "max_sm_clock_mhz": m.max_clock_mhz, "timing_wall_s": round(m.seconds, 3),
         "host_contended_rounds": m.contended_rounds,
-        # GPU: the candidate's work drained before each reference round (process/gpulock.py): the
-        # longest wait, what it had left running (an honest one's timing loop leaves none)
-        **({"cand_drained_ms_max": round(max(m.drained_ms), 2)} if cuda and m.drained_ms else {}),
-        **({"cand_drain_unavailable": m.drain_unavailable[:200]} if cuda and m.drain_unavailable else {}),
+        # GPU: the candidate's work waited out before each reference round (process/gpulock.py): the
+        # longest wait, what it had left running (an honest one's timing loop leaves none), and how
+        # many pauses locked its processes or had the reference probe for a quiet GPU
+        **({"cand_gpu_left_ms_max": round(max(m.drained_ms), 2), "cand_gpu_left_checks": dict(m.gpu_left_checks)}
+           if cuda and m.drained_ms else {}),
+        **({"cand_lock_unavailable": m.drain_unavailable[:200]} if cuda and m.drain_unavailable else {}),
         "rounds_retaken": m.retaken[:10],  # (throttled on a GPU, waited in for a CPU on the CPU path)
         **({"host_cpus": m.host_cpus, "host_steal_ms": m.host_steal_ms} if not cuda else {}),
         # per call on the host: the whole call (hold, flush, forward, synchronize), the forward's

@@ -124,6 +124,7 @@ class Measurement:
     # it could not be drained where the driver cannot
     drained_ms: list[float] = field(default_factory=list)
     drain_unavailable: Optional[str] = None
+    gpu_left_checks: dict = field(default_factory=dict)  # pauses whose candidate was "locked", or "probed"
     undrained: list[str] = field(default_factory=list)  # its CUDA processes no pause could lock, and why
     error: Optional[str] = None
     compile_error: Optional[str] = None
@@ -388,25 +389,94 @@ def _drop_unavailable_spans(m: Measurement, c_reply, r_reply) -> None:
                                if "kernel_span_unavailable" in r.flags)
 
 
-def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply) -> tuple[dict, dict]:
+def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply, busy: Optional[str] = None) -> tuple[dict, dict]:
     """Each side's round_state from the parent's NVML snapshots (before the candidate, after it, after
-    the reference); a `slow` side's samples are re-taken by the next rounds."""
+    the reference); a `slow` side's samples are re-taken by the next rounds. `busy`: the GPU ran other
+    work when the reference's round ended (_busy_after), which its round is re-taken for too."""
     s0, s1, s2 = snaps
     st_c = round_state(s0, s1, t.throttle_ratio, m.max_clock_mhz)
     st_r = round_state(s1, s2, t.throttle_ratio, m.max_clock_mhz)
+    if busy:
+        st_r = {**st_r, "slow": True, "why": list(st_r.get("why") or []) + [busy], "busy": True}
     for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
         if st["slow"] and len(m.retaken) >= _retakes(t):
             # a slowdown that persists is the machine's state, not an accident of one round:
             # measure under it, flagged, rather than never finish
             st["slow"] = False
-            if "throttled" not in m.flags:
-                m.flags.append("throttled")
+            flag = "device_not_quiet" if st.get("busy") else "throttled"
+            if flag not in m.flags:
+                m.flags.append(flag)
         if st["slow"]:  # re-taken by the next rounds
             m.throttled += len(reply.times_ms)
             m.retaken.append(f"{side}: {', '.join(st['why'])}")
         elif st.get("sm") is not None:
             m.gpu_rounds.append(st)
     return st_c, st_r
+
+
+def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, spans: bool, timeout: float) -> Optional[bool]:
+    """Pause the candidate for the reference's round, on a GPU with nothing of its left running there
+    (process/gpulock.py): its CUDA processes locked, which waits for the work they queued; where the
+    driver will not lock one (CUPTI attached: it is let go of first where the round did not use it),
+    the reference's process waits for a quiet GPU instead. None where the candidate is to be rejected
+    (flagged), else whether the reference's round is to be checked after it (_busy_after)."""
+    from ..records.messages import ProfilerCommand
+    h = cfg.hardening
+    drain = h.gpu_drain_s if cuda and h.gpu_drain_s > 0 else None
+    if drain is not None and hasattr(cand, "profiler_detached"):
+        if spans:
+            cand.profiler_detached = False  # its process opens CUPTI again for the spans
+        elif not cand.profiler_detached:
+            reply, _ = cand.request(ProfilerCommand(detach=True), timeout)
+            cand.profiler_detached = reply.ok
+    n = len(getattr(cand, "drained_ms", []))
+    cand.pause(drain_gpu_s=drain)
+    m.drained_ms += getattr(cand, "drained_ms", [])[n:]
+    m.drain_unavailable = getattr(cand, "drain_unavailable", None)
+    if getattr(cand, "unfrozen", 0) or getattr(cand, "undrained", None):
+        cand.resume()
+        # its helpers were still running, or its GPU work: no reference round beside them
+        m.flags.append("unfreezable" if getattr(cand, "unfrozen", 0) else "gpu_undrained")
+        m.undrained = list(getattr(cand, "undrained", []))
+        return None
+    if drain is None:
+        return False
+    if not getattr(cand, "drain_unsupported", None) and not m.drain_unavailable:
+        m.gpu_left_checks["locked"] = m.gpu_left_checks.get("locked", 0) + 1
+        return False
+    m.gpu_left_checks["probed"] = m.gpu_left_checks.get("probed", 0) + 1
+    q = _quiet(ref, cfg, drain, timeout)
+    m.drained_ms.append(q.quiet_s * 1e3)
+    if not q.quiet:
+        cand.resume()
+        m.flags.append("gpu_undrained")
+        m.undrained = [f"the GPU was still busy {drain} s after its round (the driver would not lock "
+                       f"{m.drain_unavailable or 'pids ' + str(cand.drain_unsupported)}: quiet probes)"]
+        return None
+    return True
+
+
+def _quiet(ref, cfg, max_s: float, timeout: float):
+    """The reference's process probes the GPU until it runs nothing else (monitor.quiet_gpu)."""
+    from ..records.messages import QuietCommand
+    b = cfg.batch
+    reply, _ = ref.request(QuietCommand(probe_us=b.quiet_probe_us, probes=b.quiet_probes, max_s=max_s), max_s + timeout)
+    if not reply.ok:
+        raise RuntimeError(f"reference failed while probing the GPU: {reply.error}")
+    return reply
+
+
+def _busy_after(m: Measurement, ref, cfg, timeout: float) -> Optional[str]:
+    """Where the candidate could not be locked: was the GPU running other work (the candidate's,
+    queued behind a copy the probes before the round could not see) when the reference's round
+    ended? Then that round is re-taken (_judge_rounds)."""
+    from ..process.gpulock import LEFT_MS
+    q = _quiet(ref, cfg, cfg.hardening.gpu_drain_s, timeout)
+    ms = q.quiet_s * 1e3
+    if ms <= LEFT_MS:
+        return None
+    m.drained_ms.append(ms)
+    return f"the GPU busy after the reference's round ({ms:.1f} ms)"
 
 
 def _retakes(t) -> int:
@@ -560,15 +630,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 _unclocked(m, files, c_clock)
                 break
             # nothing of the candidate's runs while the reference is timed, on the GPU neither
-            n_drained = len(getattr(cand, "drained_ms", []))
-            cand.pause(drain_gpu_s=cfg.hardening.gpu_drain_s if cuda and cfg.hardening.gpu_drain_s > 0 else None)
-            m.drained_ms += getattr(cand, "drained_ms", [])[n_drained:]
-            m.drain_unavailable = getattr(cand, "drain_unavailable", None)
-            if getattr(cand, "unfrozen", 0) or getattr(cand, "undrained", None):
-                cand.resume()
-                # its helpers were still running, or its GPU work: no reference round beside them
-                m.flags.append("unfreezable" if getattr(cand, "unfrozen", 0) else "gpu_undrained")
-                m.undrained = list(getattr(cand, "undrained", []))
+            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, cmd.spans, timeout)
+            if probe_after is None:
                 break
             try:
                 r_cmd = cmd
@@ -583,6 +646,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 r_clock = clock.finish() if ticked else None
                 _note_cpu(m, "reference", ref, cuda)
                 s2, p1 = snap(), runqueue_wait_ns(ref)
+                busy = _busy_after(m, ref, cfg, timeout) if probe_after and r_reply.ok else None
                 if with_compiled:
                     k_reply, _ = ref.request(cmd.model_copy(update={"variant": "compiled", "cuda_graph": False}),
                                              ref_timeout + (600 if warm else 0))
@@ -645,7 +709,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     warm = True  # one more warm-up round, with CUPTI recording
                     continue
             _drop_unavailable_spans(m, c_reply, r_reply)
-            st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply)
+            st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply, busy)
             c_wait = None if cuda else _cand_wait_ms(j0, j1)
             r_wait = None if p0 is None or p1 is None else (p1 - p0) / 1e6
             judged = True
@@ -765,6 +829,8 @@ def pooled(ms: list[Measurement]) -> Measurement:
         out.flags += [f for f in m.flags if f not in out.flags]
         out.cand_cpus += m.cand_cpus
         out.drained_ms += m.drained_ms
+        for k, v in m.gpu_left_checks.items():
+            out.gpu_left_checks[k] = out.gpu_left_checks.get(k, 0) + v
         out.drain_unavailable = out.drain_unavailable or m.drain_unavailable
         out.ref_waited_ms += m.ref_waited_ms
         out.ref_wall_ms += m.ref_wall_ms
