@@ -124,18 +124,6 @@ class KernelRecorder:
         self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
         return list(self._names)
 
-    def detach(self) -> None:
-        """CUPTI let go of the process (cuptiFinalize): while it is attached, the driver refuses to
-        lock the process from outside (cuCheckpointProcessLock: CUDA_ERROR_NOT_SUPPORTED on an H200,
-        driver 580), which process/gpulock.py needs between timed rounds. A later open() attaches
-        it again."""
-        self.torch.cuda.synchronize()
-        for kind in (CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMCPY2):
-            self.lib.cuptiActivityDisable(kind)
-        self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
-        self.lib.cuptiFinalize()
-        _REFUSED.append(self)  # its callbacks' trampolines outlive it, should CUPTI call one late
-
     def timestamp(self) -> int:
         """Now, in the clock of the records' start and end (ns)."""
         t = ctypes.c_uint64()

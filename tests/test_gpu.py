@@ -418,20 +418,21 @@ def test_gpu_work_left_running_after_a_round_is_drained_before_the_reference():
     GPU time-slices it with the reference's round. Without the wait the reference's 2.7 ms matmul is
     slowed and an identical forward reads as a speedup; with it the reference is timed only once the
     GPU is quiet: the candidate's process locked through the driver (process/gpulock.py) where it
-    can be, CUPTI let go of first (events), and where CUPTI stays (kernel spans) the reference's quiet
-    probes before and after its round."""
+    can be, else (CUPTI attached to it) the reference's quiet probes before and after its round."""
     from harness.evaluation import evaluate
     exp = read_expectation(ROOT / "tests/adversarial/gpu/gpu_work_beside_reference.py")
     locked = evaluate_fixture(exp, device="cuda")
     probed = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides, **{"timing.kernel_span": "on"}))
     left = evaluate(exp.path, exp.problem, make_config(device="cuda", **exp.overrides, **{"hardening.gpu_drain_s": 0}))
-    for name, r in (("locked", locked), ("probed", probed), ("left", left)):
+    for name, r in (("default", locked), ("spans", probed), ("left", left)):
         print(name, r.status.value, r.speedup, r.speedup_ci, r.flags, r.timing_method.get("cand_gpu_left_ms_max"),
               r.timing_method.get("cand_gpu_left_checks"), r.timing_method.get("method"), r.error)
     assert "gpu_quiet_while_other_timed" in locked.protections, locked.protections
-    for r, how in ((locked, "locked"), (probed, "probed")):
+    # on the driver measured (580) CUPTI keeps every timed candidate from being locked: probed both times
+    for r, how in ((locked, "default"), (probed, "spans")):
         assert r.status.value == "passed" and r.speedup < 1.2, (how, r.speedup, r.error)
         assert r.timing_method["cand_gpu_left_ms_max"] > 20 and "gpu_work_after_round" in r.flags, (how, r.timing_method)
-        assert r.timing_method["cand_gpu_left_checks"].get(how, 0) >= 1, (how, r.timing_method)
+        assert sum(r.timing_method["cand_gpu_left_checks"].values()) >= 1, (how, r.timing_method)
+    assert probed.timing_method["method"] == "kernel_span" and probed.timing_method["cand_gpu_left_checks"].get("probed")
     assert left.status.value == "passed" and left.speedup > 1.4, (left.speedup, left.error)
     assert "cand_gpu_left_ms_max" not in left.timing_method

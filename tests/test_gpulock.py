@@ -142,7 +142,6 @@ class FakeCand:
     """What _leave_gpu_quiet asks of a candidate's Worker: its pause's drain as told."""
 
     def __init__(self, unsupported=(), undrained=(), left_ms=0.4):
-        self.profiler_detached = False
         self.sent, self.paused, self.resumed = [], [], 0
         self.drained_ms, self.undrained, self.unfrozen = [], list(undrained), 0
         self.drain_unavailable, self.drain_unsupported, self._unsupported = None, [], list(unsupported)
@@ -176,24 +175,24 @@ def _cfg(**kw):
     return load_config(None, kw)
 
 
-def test_a_lockable_candidate_lets_go_of_cupti_once_and_is_locked_for_each_reference_round():
+def test_a_lockable_candidate_is_locked_for_each_reference_round_and_the_reference_not_asked():
     from harness.timing.measure import Measurement, _leave_gpu_quiet
     m, cand, ref, cfg = Measurement(), FakeCand(), FakeRef(), _cfg()
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, False, 5.0) is False
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, False, 5.0) is False
-    assert [c.op for c in cand.sent] == ["profiler"] and cand.sent[0].detach and cand.profiler_detached
-    assert cand.paused == [10.0, 10.0] and not ref.sent and m.gpu_left_checks == {"locked": 2}
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, True, 5.0) is False  # a round with spans: CUPTI again
-    assert not cand.profiler_detached and len(cand.sent) == 1
-    m2 = Measurement()
-    assert _leave_gpu_quiet(m2, FakeCand(), ref, cfg, False, False, 5.0) is False  # the CPU path: no drain
-    assert m2.gpu_left_checks == {} and not m2.drained_ms
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is False
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is False
+    assert cand.paused == [10.0, 10.0] and not ref.sent and not cand.sent and m.gpu_left_checks == {"locked": 2}
+    m2, cand2 = Measurement(), FakeCand()
+    assert _leave_gpu_quiet(m2, cand2, ref, cfg, False, 5.0) is False  # the CPU path: no drain
+    assert cand2.paused == [None] and m2.gpu_left_checks == {} and not m2.drained_ms
+    m3, cand3 = Measurement(), FakeCand()
+    assert _leave_gpu_quiet(m3, cand3, ref, _cfg(**{"hardening.gpu_drain_s": 0}), True, 5.0) is False
+    assert cand3.paused == [None] and m3.gpu_left_checks == {}
 
 
 def test_an_unlockable_candidate_has_the_reference_wait_for_a_quiet_gpu_and_check_after():
     from harness.timing.measure import Measurement, _busy_after, _leave_gpu_quiet
     m, cand, ref, cfg = Measurement(), FakeCand(unsupported=[41]), FakeRef(0.06, 0.0004, 0.03), _cfg()
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, True, 5.0) is True
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is True
     assert ref.sent[0].op == "quiet" and ref.sent[0].max_s == 10.0
     assert 60.0 in [round(x, 3) for x in m.drained_ms] and m.gpu_left_checks == {"probed": 1}
     assert _busy_after(m, ref, cfg, 5.0) is None  # 0.4 ms: an idle GPU's probes
@@ -204,10 +203,10 @@ def test_an_unlockable_candidate_has_the_reference_wait_for_a_quiet_gpu_and_chec
 def test_a_gpu_still_busy_at_the_drains_end_rejects_and_a_busy_round_is_retaken():
     from harness.timing.measure import Measurement, _judge_rounds, _leave_gpu_quiet, _retakes
     m, cand = Measurement(), FakeCand(unsupported=[41])
-    assert _leave_gpu_quiet(m, cand, FakeRef(10.0, quiet=False), _cfg(), True, False, 5.0) is None
+    assert _leave_gpu_quiet(m, cand, FakeRef(10.0, quiet=False), _cfg(), True, 5.0) is None
     assert m.flags == ["gpu_undrained"] and "41" in m.undrained[0] and cand.resumed == 1
     m, cand = Measurement(), FakeCand(undrained=["pid 9: lock failed, CUDA driver error 909"])
-    assert _leave_gpu_quiet(m, cand, FakeRef(), _cfg(), True, False, 5.0) is None
+    assert _leave_gpu_quiet(m, cand, FakeRef(), _cfg(), True, 5.0) is None
     assert m.flags == ["gpu_undrained"] and "909" in m.undrained[0]
     t = _cfg().timing
     m = Measurement()

@@ -231,8 +231,7 @@ def serve(setup: Setup, cmd_in, rep_fd: int) -> None:
             elif cmd.op == "quiet" and runner.role == "reference" and runner.device == "cuda":
                 reply = QuietReply(ok=True, **runner.quiet(cmd.probe_us, cmd.probes, cmd.max_s))
             elif cmd.op == "profiler" and runner.role == "candidate" and runner.device == "cuda":
-                reply = ProfilerReply(ok=True, **(runner.detach_profiler() if cmd.detach
-                                                  else runner.start_profiler(cmd.kernel_list)))
+                reply = ProfilerReply(ok=True, **runner.start_profiler(cmd.kernel_list))
             elif cmd.op == "kernels" and runner.role == "candidate" and runner.device == "cuda":
                 reply = KernelsReply(ok=True, **runner.kernels(cmd.seeds[0]))
             else:

@@ -11,11 +11,12 @@ before it is frozen, blocks the process's further CUDA calls and returns once th
 submitted, kernels and copies on every stream, has finished (0.1-1 ms on an idle process; the 300 ms
 of a left kernel otherwise), for a process of another uid in a PID namespace of its own too; it is
 unlocked when the candidate is thawed. The parent loads the driver for it (cuInit makes no context).
-The driver (580) will not lock a process CUPTI is attached to (bench/diag/gpu_lock_features.py: IPC
-exports and imports, pinned memory are fine), so a candidate process timed by events lets go of CUPTI
-after its first round (Runner.detach_profiler); where it cannot be locked (CUPTI kept for kernel
-spans, or a solution's own), the reference's process waits for a quiet GPU before its round and
-checks again after it (timing/measure.py).
+The driver (580) will not lock a process CUPTI has been attached to (CUDA_ERROR_NOT_SUPPORTED;
+bench/diag/gpu_lock_features.py: IPC exports and imports, pinned memory are fine), even after
+cuptiFinalize, and every timed candidate process attaches it in its warm-up round (launch counts,
+kernel spans). Where a process cannot be locked, the reference's process waits for a quiet GPU before
+its round and checks again after it (timing/measure.py): that is what holds the GPU quiet on this
+driver.
 """
 from __future__ import annotations
 

@@ -355,16 +355,6 @@ class Runner:
         return {"kernels_seen": names[:200], "profile_s": time.perf_counter() - t0,
                 "notes": {"kernel_list": self.listing}}
 
-    def detach_profiler(self) -> dict:
-        """CUPTI detached until spans, launch counts or the kernel list want it again: a process it is
-        attached to cannot be locked by the parent between rounds (process/gpulock.py)."""
-        t0 = time.perf_counter()
-        if self.recorder is not None:
-            self.recorder.detach()
-        self.recorder = self.lister = None
-        self.span_why = None  # opened again where asked for
-        return {"profile_s": time.perf_counter() - t0}
-
     def span_recorder(self):
         """The process's CUPTI recorder for timing.loop.time_calls' kernel spans; None where CUPTI cannot
         be had (tried once)."""

@@ -158,7 +158,6 @@ class Worker:
         self.drained_ms: list[float] = []  # per draining pause, how long its GPU work took to drain
         self.drain_unavailable: Optional[str] = None  # why a pause could not drain at all (no such driver)
         self.drain_unsupported: list[int] = []  # the last pause's CUDA processes the driver would not lock
-        self.profiler_detached = False  # CUPTI let go of its process (measure: ProfilerCommand(detach))
         self._held = None  # gpulock.Held: its CUDA processes locked while paused
         if setup is not None:
             self._send_setup(setup)  # validated above

@@ -201,7 +201,6 @@ class QuietCommand(_Strict):
 class ProfilerCommand(_Strict):
     op: Literal["profiler"] = "profiler"
     kernel_list: Optional[str] = None  # config.Correctness.kernel_list
-    detach: bool = False  # instead: CUPTI let go of the process (Runner.detach_profiler)
 
 
 class KernelsCommand(_Strict):

@@ -414,21 +414,14 @@ def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply, busy: Optio
     return st_c, st_r
 
 
-def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, spans: bool, timeout: float) -> Optional[bool]:
+def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float) -> Optional[bool]:
     """Pause the candidate for the reference's round, on a GPU with nothing of its left running there
     (process/gpulock.py): its CUDA processes locked, which waits for the work they queued; where the
-    driver will not lock one (CUPTI attached: it is let go of first where the round did not use it),
+    driver will not lock one (CUPTI attached to it: every timed candidate on the driver measured),
     the reference's process waits for a quiet GPU instead. None where the candidate is to be rejected
     (flagged), else whether the reference's round is to be checked after it (_busy_after)."""
-    from ..records.messages import ProfilerCommand
     h = cfg.hardening
     drain = h.gpu_drain_s if cuda and h.gpu_drain_s > 0 else None
-    if drain is not None and hasattr(cand, "profiler_detached"):
-        if spans:
-            cand.profiler_detached = False  # its process opens CUPTI again for the spans
-        elif not cand.profiler_detached:
-            reply, _ = cand.request(ProfilerCommand(detach=True), timeout)
-            cand.profiler_detached = reply.ok
     n = len(getattr(cand, "drained_ms", []))
     cand.pause(drain_gpu_s=drain)
     m.drained_ms += getattr(cand, "drained_ms", [])[n:]
@@ -630,7 +623,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 _unclocked(m, files, c_clock)
                 break
             # nothing of the candidate's runs while the reference is timed, on the GPU neither
-            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, cmd.spans, timeout)
+            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, timeout)
             if probe_after is None:
                 break
             try:
