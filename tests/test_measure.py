@@ -54,7 +54,7 @@ class _FakeTimed:
                      fingerprints=[[] for _ in range(n)], clocks_mhz=[self.claimed] * n,
                      max_clock_mhz=1980), n * (self.ms + 0.1) / 1e3
 
-    def pause(self):
+    def pause(self, drain_gpu_s=None):
         pass
 
     def resume(self):
@@ -506,7 +506,7 @@ class _Held(_Commands):
             assert os.path.exists(cmd.inputs_path)
         return super().request(cmd, timeout)
 
-    def pause(self):
+    def pause(self, drain_gpu_s=None):
         self.log.append("pause")
 
     def resume(self):

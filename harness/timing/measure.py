@@ -423,7 +423,7 @@ def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float)
     h = cfg.hardening
     drain = h.gpu_drain_s if cuda and h.gpu_drain_s > 0 else None
     n = len(getattr(cand, "drained_ms", []))
-    cand.pause(drain_gpu_s=drain)
+    cand.pause(drain_gpu_s=drain) if drain is not None else cand.pause()
     m.drained_ms += getattr(cand, "drained_ms", [])[n:]
     m.drain_unavailable = getattr(cand, "drain_unavailable", None)
     if getattr(cand, "unfrozen", 0) or getattr(cand, "undrained", None):
