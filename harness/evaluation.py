@@ -77,7 +77,7 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     ctx.jailed = wanted(cfg.hardening.sandbox, ctx.device, cfg.cache_dir)  # "on" where it cannot be had: refuses
     ctx.res.protections = protections(ctx.jailed)
     if ctx.device == "cuda" and cfg.hardening.gpu_drain_s > 0:  # its GPU work waited out before each
-        ctx.res.protections.append("gpu_quiet_while_other_timed")  # reference round (process/gpulock.py)
+        ctx.res.protections.append("gpu_checked_quiet_around_other_timed")  # reference round (process/gpulock.py)
     if cfg.batch.pch_for(ctx.device):  # builds through harness/pch_cxx.py (a batch has started it already)
         from . import pch
         pch.enable(Path(cfg.cache_dir))

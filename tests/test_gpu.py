@@ -427,7 +427,7 @@ def test_gpu_work_left_running_after_a_round_is_drained_before_the_reference():
     for name, r in (("default", locked), ("spans", probed), ("left", left)):
         print(name, r.status.value, r.speedup, r.speedup_ci, r.flags, r.timing_method.get("cand_gpu_left_ms_max"),
               r.timing_method.get("cand_gpu_left_checks"), r.timing_method.get("method"), r.error)
-    assert "gpu_quiet_while_other_timed" in locked.protections, locked.protections
+    assert "gpu_checked_quiet_around_other_timed" in locked.protections, locked.protections
     # on the driver measured (580) CUPTI keeps every timed candidate from being locked: probed both times
     for r, how in ((locked, "default"), (probed, "spans")):
         assert r.status.value == "passed" and r.speedup < 1.2, (how, r.speedup, r.error)

@@ -141,10 +141,10 @@ class Reply:
 class FakeCand:
     """What _leave_gpu_quiet asks of a candidate's Worker: its pause's drain as told."""
 
-    def __init__(self, unsupported=(), undrained=(), left_ms=0.4):
+    def __init__(self, locked_all=False, undrained=(), left_ms=0.4):
         self.sent, self.paused, self.resumed = [], [], 0
         self.drained_ms, self.undrained, self.unfrozen = [], list(undrained), 0
-        self.drain_unavailable, self.drain_unsupported, self._unsupported = None, [], list(unsupported)
+        self.drain_unavailable, self.drain_locked_all, self._locked_all = None, False, locked_all
         self.left_ms = left_ms
 
     def request(self, cmd, timeout):
@@ -153,21 +153,22 @@ class FakeCand:
 
     def pause(self, drain_gpu_s=None):
         self.paused.append(drain_gpu_s)
+        self.drain_locked_all = False
         if drain_gpu_s is not None:
             self.drained_ms.append(self.left_ms)
-            self.drain_unsupported = list(self._unsupported)
+            self.drain_locked_all = self._locked_all
 
     def resume(self):
         self.resumed += 1
 
 
 class FakeRef:
-    def __init__(self, *quiet_s, quiet=True):
-        self.quiet_s, self.quiet, self.sent = list(quiet_s), quiet, []
+    def __init__(self, *quiet_s, quiet=True, probes=3):
+        self.quiet_s, self.quiet, self.probes, self.sent = list(quiet_s), quiet, probes, []
 
     def request(self, cmd, timeout):
         self.sent.append(cmd)
-        return Reply(quiet_s=self.quiet_s.pop(0), quiet_probes=3, quiet=self.quiet), 0.001
+        return Reply(quiet_s=self.quiet_s.pop(0), quiet_probes=self.probes, quiet=self.quiet), 0.001
 
 
 def _cfg(**kw):
@@ -175,36 +176,51 @@ def _cfg(**kw):
     return load_config(None, kw)
 
 
-def test_a_lockable_candidate_is_locked_for_each_reference_round_and_the_reference_not_asked():
+def test_the_reference_probes_for_a_quiet_gpu_before_each_round_locked_or_not():
+    """Locked or not, the reference's process waits for a quiet GPU (a lock the driver gave is the
+    candidate's process's to answer); the CPU path and gpu_drain_s = 0 neither lock nor probe."""
     from harness.timing.measure import Measurement, _leave_gpu_quiet
-    m, cand, ref, cfg = Measurement(), FakeCand(), FakeRef(), _cfg()
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is False
-    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is False
-    assert cand.paused == [10.0, 10.0] and not ref.sent and not cand.sent and m.gpu_left_checks == {"locked": 2}
+    m, cand, ref, cfg = Measurement(), FakeCand(locked_all=True), FakeRef(0.0005, 0.0004), _cfg()
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is True
+    assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is True
+    assert cand.paused == [10.0, 10.0] and [c.op for c in ref.sent] == ["quiet", "quiet"]
+    assert m.gpu_left_checks == {"locked": 2, "probed": 2} and max(m.drained_ms) < 1
     m2, cand2 = Measurement(), FakeCand()
-    assert _leave_gpu_quiet(m2, cand2, ref, cfg, False, 5.0) is False  # the CPU path: no drain
+    assert _leave_gpu_quiet(m2, cand2, FakeRef(), cfg, False, 5.0) is False  # the CPU path: no drain
     assert cand2.paused == [None] and m2.gpu_left_checks == {} and not m2.drained_ms
     m3, cand3 = Measurement(), FakeCand()
-    assert _leave_gpu_quiet(m3, cand3, ref, _cfg(**{"hardening.gpu_drain_s": 0}), True, 5.0) is False
+    assert _leave_gpu_quiet(m3, cand3, FakeRef(), _cfg(**{"hardening.gpu_drain_s": 0}), True, 5.0) is False
     assert cand3.paused == [None] and m3.gpu_left_checks == {}
 
 
 def test_an_unlockable_candidate_has_the_reference_wait_for_a_quiet_gpu_and_check_after():
     from harness.timing.measure import Measurement, _busy_after, _leave_gpu_quiet
-    m, cand, ref, cfg = Measurement(), FakeCand(unsupported=[41]), FakeRef(0.06, 0.0004, 0.03), _cfg()
+    m, cand, ref, cfg = Measurement(), FakeCand(), FakeRef(0.06, 0.0004, 0.03), _cfg()
     assert _leave_gpu_quiet(m, cand, ref, cfg, True, 5.0) is True
     assert ref.sent[0].op == "quiet" and ref.sent[0].max_s == 10.0
     assert 60.0 in [round(x, 3) for x in m.drained_ms] and m.gpu_left_checks == {"probed": 1}
     assert _busy_after(m, ref, cfg, 5.0) is None  # 0.4 ms: an idle GPU's probes
     busy = _busy_after(m, ref, cfg, 5.0)
     assert busy and "30.0 ms" in busy, busy
+    # a warm-up round's wait is not counted (a reference's first probe may load its kernel)
+    m2 = Measurement()
+    assert _leave_gpu_quiet(m2, FakeCand(left_ms=40), FakeRef(0.03), cfg, True, 5.0, warm=True) is True
+    assert m2.drained_ms == []
+
+
+def test_two_slow_probes_after_the_round_are_busy_though_under_five_ms():
+    """Two probes slowed by another context's slices (~2.3 ms each on an H200) and three quiet ones
+    come to 4.7 ms; one slow probe alone is the first after a pause (a helper's review)."""
+    from harness.timing.measure import Measurement, _busy_after
+    assert _busy_after(Measurement(), FakeRef(0.0047, probes=5), _cfg(), 5.0)
+    assert _busy_after(Measurement(), FakeRef(0.0007, probes=4), _cfg(), 5.0) is None
 
 
 def test_a_gpu_still_busy_at_the_drains_end_rejects_and_a_busy_round_is_retaken():
     from harness.timing.measure import Measurement, _judge_rounds, _leave_gpu_quiet, _retakes
-    m, cand = Measurement(), FakeCand(unsupported=[41])
+    m, cand = Measurement(), FakeCand()
     assert _leave_gpu_quiet(m, cand, FakeRef(10.0, quiet=False), _cfg(), True, 5.0) is None
-    assert m.flags == ["gpu_undrained"] and "41" in m.undrained[0] and cand.resumed == 1
+    assert m.flags == ["gpu_undrained"] and "busy" in m.undrained[0] and cand.resumed == 1
     m, cand = Measurement(), FakeCand(undrained=["pid 9: lock failed, CUDA driver error 909"])
     assert _leave_gpu_quiet(m, cand, FakeRef(), _cfg(), True, 5.0) is None
     assert m.flags == ["gpu_undrained"] and "909" in m.undrained[0]
@@ -213,6 +229,41 @@ def test_a_gpu_still_busy_at_the_drains_end_rejects_and_a_busy_round_is_retaken(
     reply = Reply(times_ms=[1.0, 1.0])
     _, st_r = _judge_rounds(m, t, (None, None, None), reply, reply, "the GPU busy after the reference's round (30.0 ms)")
     assert st_r["slow"] and m.throttled == 2 and m.retaken and not m.flags
+    # past the re-takes a busy round is never kept: kept, [a copy][a long spin] every round bought
+    # a doubled speedup flagged only as a caveat (a helper's review)
     m.retaken = ["x"] * _retakes(t)
-    _, st_r = _judge_rounds(m, t, (None, None, None), reply, reply, "busy")
-    assert not st_r["slow"] and m.flags == ["device_not_quiet"]  # measured under it, marked
+    _judge_rounds(m, t, (None, None, None), reply, reply, "busy")
+    assert m.flags == ["gpu_undrained"] and "re-taken" in m.undrained[0]
+    m = Measurement(retaken=["x"] * _retakes(t))
+    _, st_r = _judge_rounds(m, t, (None, None, None), reply, reply, None)
+    assert m.flags == []  # nothing slow: nothing flagged
+
+
+def test_a_process_that_starts_cuda_while_another_is_locked_is_looked_at_again(monkeypatch):
+    """hold() looks at each pid once; the worker's second pass over the jail's processes locks one
+    that had no CUDA when first looked at (a helper's review)."""
+    from harness.process import gpulock
+
+    class Late(FakeDriver):
+        def cuCheckpointProcessLock(self, pid, args):
+            self.states.setdefault(2, 0)  # pid 2 now a running CUDA process
+            return super().cuCheckpointProcessLock(pid, args)
+    fake = Late({1: 0})
+    monkeypatch.setattr(gpulock, "_driver", lambda: fake)
+    held = gpulock.hold([2, 1], timeout_s=1.0)
+    assert held.pids == [1]
+    gpulock.hold([2, 1], timeout_s=1.0, into=held)
+    assert sorted(held.pids) == [1, 2] and held.whole and fake.locked == [1, 2]
+
+
+def test_an_unlock_the_driver_refuses_is_the_harness_error(monkeypatch):
+    from harness.process import gpulock
+
+    class Stuck(FakeDriver):
+        def cuCheckpointProcessUnlock(self, pid, _):
+            return 999
+    fake = Stuck({3: 0})
+    monkeypatch.setattr(gpulock, "_driver", lambda: fake)
+    held = gpulock.hold([3], timeout_s=1.0)
+    with pytest.raises(RuntimeError, match="could not be unlocked"):
+        held.release()

@@ -41,6 +41,16 @@ def _steady_monitor(reasons: int = 0):
     return Monitor
 
 
+@pytest.fixture(autouse=True)
+def _quiet_gpu(monkeypatch):
+    """The stand-in references here answer timing only: the GPU they would probe is quiet
+    (tests/test_gpulock.py covers the probes)."""
+    import harness.timing.measure as measuring
+    from harness.records.messages import QuietReply
+    monkeypatch.setattr(measuring, "_quiet", lambda ref, cfg, max_s, timeout:
+                        QuietReply(ok=True, quiet_s=0.0004, quiet_probes=3, quiet=True))
+
+
 class _FakeTimed:
     """A worker answering `time` commands with fixed samples and whatever clocks it claims."""
 

@@ -14,9 +14,9 @@ unlocked when the candidate is thawed. The parent loads the driver for it (cuIni
 The driver (580) will not lock a process CUPTI has been attached to (CUDA_ERROR_NOT_SUPPORTED;
 bench/diag/gpu_lock_features.py: IPC exports and imports, pinned memory are fine), even after
 cuptiFinalize, and every timed candidate process attaches it in its warm-up round (launch counts,
-kernel spans). Where a process cannot be locked, the reference's process waits for a quiet GPU before
-its round and checks again after it (timing/measure.py): that is what holds the GPU quiet on this
-driver.
+kernel spans). So the reference's process also waits for a quiet GPU before every round of its and
+checks again after it (timing/measure.py), locked or not: that is what holds the GPU quiet on this
+driver, and what covers a process the lock missed or that answers for itself.
 """
 from __future__ import annotations
 
@@ -86,26 +86,50 @@ class Held:
         # CUDA processes the driver will not lock (CUPTI attached to one: CUDA_ERROR_NOT_SUPPORTED);
         # their work is waited out by the reference's quiet probes instead (timing/measure.py)
         self.unsupported: list[int] = []
+        self.seen: set[int] = set()  # the CUDA processes looked at, locked or not
 
     def release(self) -> None:
-        lib = _driver()
+        """Unlocked, every one; one the driver will not unlock is the harness's failure, not the
+        candidate's (its next round would hang on it)."""
+        lib, bad = _driver(), []
         for pid in self.pids:
-            lib.cuCheckpointProcessUnlock(pid, None)
+            rc = lib.cuCheckpointProcessUnlock(pid, None)
+            if rc != CUDA_SUCCESS and _state(lib, pid) is not None:
+                bad.append(f"pid {pid}: CUDA driver error {rc}")
         self.pids = []
+        if bad:
+            raise RuntimeError(f"a paused candidate's CUDA process could not be unlocked: {'; '.join(bad)}")
+
+    @property
+    def whole(self) -> bool:
+        """Every CUDA process it was given is locked."""
+        return not self.failed and not self.unsupported
 
 
-def hold(pids: list[int], timeout_s: float) -> Optional[Held]:
+def hold(pids: list[int], timeout_s: float, into: Optional[Held] = None) -> Optional[Held]:
     """Lock every CUDA process among `pids` (a process without CUDA is passed over), each waited
-    for up to what is left of `timeout_s`. None where the driver cannot (unavailable)."""
+    for up to what is left of `timeout_s`; added to `into` where given (a second pass over the
+    processes started meanwhile). None where the driver cannot (unavailable)."""
     lib = _driver()
     if lib is None:
         return None
-    out = Held()
+    out = into or Held()
     t0 = time.perf_counter()
+    try:
+        _lock_each(lib, out, [p for p in pids if p not in out.seen], timeout_s, t0)
+    except BaseException:
+        out.release()
+        raise
+    out.ms += (time.perf_counter() - t0) * 1e3
+    return out
+
+
+def _lock_each(lib, out: Held, pids: list[int], timeout_s: float, t0: float) -> None:
     for pid in pids:
         state = _state(lib, pid)
         if state is None:
             continue  # no CUDA in it (or gone)
+        out.seen.add(pid)
         if state != CU_PROCESS_STATE_RUNNING:
             out.failed.append(f"pid {pid} in checkpoint state {state}")
             continue
@@ -117,5 +141,3 @@ def hold(pids: list[int], timeout_s: float) -> Optional[Held]:
             out.unsupported.append(pid)
         elif _state(lib, pid) is not None:  # still a CUDA process, and not locked
             out.failed.append(f"pid {pid}: lock failed, CUDA driver error {rc}")
-    out.ms = (time.perf_counter() - t0) * 1e3
-    return out

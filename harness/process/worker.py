@@ -157,7 +157,7 @@ class Worker:
         self.undrained: list[str] = []  # CUDA processes a pause could not lock (gpulock.py), and why
         self.drained_ms: list[float] = []  # per draining pause, how long its GPU work took to drain
         self.drain_unavailable: Optional[str] = None  # why a pause could not drain at all (no such driver)
-        self.drain_unsupported: list[int] = []  # the last pause's CUDA processes the driver would not lock
+        self.drain_locked_all = False  # the last pause locked every CUDA process of its jail
         self._held = None  # gpulock.Held: its CUDA processes locked while paused
         if setup is not None:
             self._send_setup(setup)  # validated above
@@ -312,6 +312,7 @@ class Worker:
         up to that long for the GPU work they queued to finish and blocks their further CUDA calls
         until resume(); `drained_ms` and `undrained` say how it went."""
         with self._pause_lock:
+            self.drain_locked_all = False
             if self.proc.poll() is None and not self.stopped:
                 if drain_gpu_s is not None:
                     self._drain(drain_gpu_s)
@@ -343,15 +344,18 @@ class Worker:
     def _drain(self, wait_s: float) -> None:
         from . import gpulock
         from ..cgroups import procs
-        pids = (procs(self.groups) if self.groups else []) or [self.proc.pid]
-        held = gpulock.hold(pids, wait_s)
-        self.drain_unsupported = [] if held is None else held.unsupported
+        listed = lambda: (procs(self.groups) if self.groups else []) or [self.proc.pid]  # noqa: E731
+        first = listed()
+        held = gpulock.hold(first, wait_s)
         if held is None:
             self.drain_unavailable = gpulock.unavailable()
             return
         self._held = held
+        # a process started, or one that started CUDA, while the locks waited: looked at again
+        gpulock.hold(listed(), wait_s, into=held)
         self.drained_ms.append(held.ms)
         self.undrained += held.failed
+        self.drain_locked_all = held.whole and bool(held.pids)
 
     def stopped_for(self) -> float:
         """Seconds spent stopped so far, a stop under way included."""

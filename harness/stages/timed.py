@@ -81,7 +81,9 @@ class PairTimer:
                 self.builds_stopped = max(self.builds_stopped, stopped)
             if not ctx.cuda:
                 self.cpus_held = how
-            busy = held.preempted or self.not_quiet_since is not None
+            # neighbours stopped, in a phase or idle: what they left queued on the GPU runs on
+            # (docs/timing.md), and would be taken for the candidate's by measure's probes
+            busy = held.preempted or held.stopped or self.not_quiet_since is not None
             if busy and ctx.cuda and not _quiet(r, ctx, self.quiet_flags, final=self._late()):
                 raise _NotQuiet()
             if standby is not None and not ctx.cuda:

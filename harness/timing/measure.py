@@ -399,13 +399,20 @@ def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply, busy: Optio
     if busy:
         st_r = {**st_r, "slow": True, "why": list(st_r.get("why") or []) + [busy], "busy": True}
     for side, st, reply in (("candidate", st_c, c_reply), ("reference", st_r, r_reply)):
+        if st.get("busy") and len(m.retaken) >= _retakes(t):
+            # other work on the GPU round after round while the candidate is frozen: its own, left
+            # to run beside the reference (neighbours are stopped and waited out before the
+            # measurement). Never kept: kept, it bought a doubled speedup past the re-takes
+            m.flags.append("gpu_undrained")
+            m.undrained = [f"the GPU was busy when the reference's rounds ended, {len(m.retaken)} rounds re-taken "
+                           f"({busy})"]
+            return st_c, st_r
         if st["slow"] and len(m.retaken) >= _retakes(t):
             # a slowdown that persists is the machine's state, not an accident of one round:
             # measure under it, flagged, rather than never finish
             st["slow"] = False
-            flag = "device_not_quiet" if st.get("busy") else "throttled"
-            if flag not in m.flags:
-                m.flags.append(flag)
+            if "throttled" not in m.flags:
+                m.flags.append("throttled")
         if st["slow"]:  # re-taken by the next rounds
             m.throttled += len(reply.times_ms)
             m.retaken.append(f"{side}: {', '.join(st['why'])}")
@@ -414,17 +421,20 @@ def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply, busy: Optio
     return st_c, st_r
 
 
-def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float) -> Optional[bool]:
+def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float, warm: bool = False) -> Optional[bool]:
     """Pause the candidate for the reference's round, on a GPU with nothing of its left running there
-    (process/gpulock.py): its CUDA processes locked, which waits for the work they queued; where the
-    driver will not lock one (CUPTI attached to it: every timed candidate on the driver measured),
-    the reference's process waits for a quiet GPU instead. None where the candidate is to be rejected
-    (flagged), else whether the reference's round is to be checked after it (_busy_after)."""
+    (process/gpulock.py): its CUDA processes locked where the driver will (which waits for the work
+    they queued; never, on the driver measured, a timed candidate: CUPTI is attached to it), then in
+    every case the reference's process waits for a quiet GPU. None where the candidate is to be
+    rejected (flagged), else whether the reference's round is to be checked after it (_busy_after).
+    A warm-up round's wait is not counted for `gpu_work_after_round` (a reference's first probe may
+    load its kernel)."""
     h = cfg.hardening
     drain = h.gpu_drain_s if cuda and h.gpu_drain_s > 0 else None
     n = len(getattr(cand, "drained_ms", []))
     cand.pause(drain_gpu_s=drain) if drain is not None else cand.pause()
-    m.drained_ms += getattr(cand, "drained_ms", [])[n:]
+    if not warm:
+        m.drained_ms += getattr(cand, "drained_ms", [])[n:]
     m.drain_unavailable = getattr(cand, "drain_unavailable", None)
     if getattr(cand, "unfrozen", 0) or getattr(cand, "undrained", None):
         cand.resume()
@@ -434,17 +444,16 @@ def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float)
         return None
     if drain is None:
         return False
-    if not getattr(cand, "drain_unsupported", None) and not m.drain_unavailable:
+    if getattr(cand, "drain_locked_all", False):
         m.gpu_left_checks["locked"] = m.gpu_left_checks.get("locked", 0) + 1
-        return False
     m.gpu_left_checks["probed"] = m.gpu_left_checks.get("probed", 0) + 1
     q = _quiet(ref, cfg, drain, timeout)
-    m.drained_ms.append(q.quiet_s * 1e3)
+    if not warm:
+        m.drained_ms.append(q.quiet_s * 1e3)
     if not q.quiet:
         cand.resume()
         m.flags.append("gpu_undrained")
-        m.undrained = [f"the GPU was still busy {drain} s after its round (the driver would not lock "
-                       f"{m.drain_unavailable or 'pids ' + str(cand.drain_unsupported)}: quiet probes)"]
+        m.undrained = [f"the GPU was still busy {drain} s after its round (quiet probes)"]
         return None
     return True
 
@@ -460,16 +469,18 @@ def _quiet(ref, cfg, max_s: float, timeout: float):
 
 
 def _busy_after(m: Measurement, ref, cfg, timeout: float) -> Optional[str]:
-    """Where the candidate could not be locked: was the GPU running other work (the candidate's,
-    queued behind a copy the probes before the round could not see) when the reference's round
-    ended? Then that round is re-taken (_judge_rounds)."""
+    """Was the GPU running other work (the candidate's, queued behind a copy the probes before the
+    round cannot see) when the reference's round ended? Then that round is re-taken (_judge_rounds).
+    Busy: a second probe over `quiet_probe_us` (the first after a pause may be slow alone), or
+    `gpulock.LEFT_MS` of probing in all."""
     from ..process.gpulock import LEFT_MS
     q = _quiet(ref, cfg, cfg.hardening.gpu_drain_s, timeout)
     ms = q.quiet_s * 1e3
-    if ms <= LEFT_MS:
+    slow = (q.quiet_probes or 0) - cfg.batch.quiet_probes
+    if q.quiet and ms <= LEFT_MS and slow <= 1:
         return None
     m.drained_ms.append(ms)
-    return f"the GPU busy after the reference's round ({ms:.1f} ms)"
+    return f"the GPU busy after the reference's round ({ms:.1f} ms, {max(slow, 0)} slow probes)"
 
 
 def _retakes(t) -> int:
@@ -623,7 +634,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 _unclocked(m, files, c_clock)
                 break
             # nothing of the candidate's runs while the reference is timed, on the GPU neither
-            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, timeout)
+            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, timeout, warm)
             if probe_after is None:
                 break
             try:
@@ -703,6 +714,8 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     continue
             _drop_unavailable_spans(m, c_reply, r_reply)
             st_c, st_r = _judge_rounds(m, t, (s0, s1, s2), c_reply, r_reply, busy)
+            if "gpu_undrained" in m.flags:
+                break
             c_wait = None if cuda else _cand_wait_ms(j0, j1)
             r_wait = None if p0 is None or p1 is None else (p1 - p0) / 1e6
             judged = True
@@ -744,7 +757,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                     m.ref.clocked.append((sum(r_clock.times_ms), sum(own[1]), len(own[1])))
                     m.ref.short += [c - o for c, o in zip(r_clock.times_ms, own[1])]
                 m.clocks_mhz += r_reply.clocks_mhz  # the reference's own per-call readings: trusted
-            if with_compiled and k_reply.ok:
+            if with_compiled and k_reply.ok and not busy:
                 m.compiled += k_reply.times_ms
                 m.compiled_span += reply_spans(k_reply)
             unkept -= 1
