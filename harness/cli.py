@@ -101,7 +101,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON record on stdout.")
 def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, config_path, require_sandbox, as_json):
     """Evaluate one SOLUTION (.py with ModelNew, or a raw .md/.txt response) on one problem."""
-    from .evaluation import evaluate
+    from .evaluation import DeviceUnavailable, evaluate, resolve_device
     from .problems import find_problem
     from .report import print_result
 
@@ -110,7 +110,8 @@ def eval_cmd(solution, problem, problems_dir, device, size, dtype, trials, confi
     _sandbox_or_refuse(cfg)
     try:
         prob = find_problem(problem, list(problems_dir) or None)
-    except LookupError as e:
+        resolve_device(cfg)
+    except (LookupError, DeviceUnavailable) as e:
         raise UsageFailed(str(e)) from None
     err = _console()
     from .reference import ReferenceError as ProblemFailed

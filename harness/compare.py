@@ -4,8 +4,12 @@ interval, their ratio, and whether the difference is beyond noise.
 A difference is beyond noise where the two speedups' intervals (each record's `speedup_ci`, the
 bootstrap interval widened by the process-offset model) do not overlap: B faster where B's lower
 bound is above A's upper bound, slower where B's upper bound is below A's lower bound. Where a side
-has no interval, the difference is not judged. Problems that only one side has are listed, their
-other side empty.
+has no interval, the difference is not judged; where both sides' best is the same code (its hash),
+it is "same code", never faster or slower: two runs of one solution differ by the machine's drift
+between them, which no record's interval holds (a new user's trial: 0.172x and 0.134x for one file,
+microsecond forwards on a 2-core machine building beside them). Problems that only one side has are
+listed, their other side empty. `mismatched` says where the sides were measured apart (devices,
+hardware, torch, configs).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import best_status, fmt, md_table, load_records
+from .leaderboard import FINGERPRINT, best_status, fmt, md_table, load_records
 
 COLUMNS = ["problem", "status_a", "speedup_a", "lo_a", "hi_a", "status_b", "speedup_b", "lo_b", "hi_b",
            "ratio", "difference"]
@@ -29,15 +33,18 @@ def best_per_problem(df: pd.DataFrame) -> pd.DataFrame:
         if not passed.empty:
             r = passed.loc[passed.speedup.idxmax()]
             rows.append({"problem": problem, "status": "passed", "speedup": float(r.speedup),
-                         "lo": r.speedup_lo, "hi": r.speedup_hi})
+                         "lo": r.speedup_lo, "hi": r.speedup_hi, "code": r.solution_hash})
         else:
-            rows.append({"problem": problem, "status": best_status(g.status), "speedup": None, "lo": None, "hi": None})
-    return pd.DataFrame(rows, columns=["problem", "status", "speedup", "lo", "hi"])
+            rows.append({"problem": problem, "status": best_status(g.status), "speedup": None, "lo": None, "hi": None,
+                         "code": None})
+    return pd.DataFrame(rows, columns=["problem", "status", "speedup", "lo", "hi", "code"])
 
 
 def _difference(r) -> Optional[str]:
     if pd.isna(r.speedup_a) or pd.isna(r.speedup_b):
         return None
+    if isinstance(r.code_a, str) and r.code_a == r.code_b:
+        return "same code"
     if any(pd.isna(x) for x in (r.lo_a, r.hi_a, r.lo_b, r.hi_b)):
         return "not judged"  # a side without an interval
     if r.lo_b > r.hi_a:
@@ -52,7 +59,7 @@ def compare(run_a: str | Path, run_b: str | Path, label_a: Optional[str] = None,
     """Per problem of either side: A's and B's best (status, speedup, interval), B/A, and B's
     difference from A ("faster", "slower", "within noise", "not judged"). `label_a`/`label_b`: only
     that label's records of the run (the same run may be given twice, to compare two labels)."""
-    sides = []
+    sides, prints = [], []
     for run, label in ((run_a, label_a), (run_b, label_b)):
         df = load_records([run], signed_only=signed_only)
         if label is not None:
@@ -60,11 +67,14 @@ def compare(run_a: str | Path, run_b: str | Path, label_a: Optional[str] = None,
             if df.empty:
                 raise LookupError(f"no records of label {label!r} in {run}")
         sides.append(best_per_problem(df))
+        prints.append({k: sorted(str(v) for v in df[k].dropna().unique()) for k in FINGERPRINT})
     a, b = sides
     out = a.merge(b, on="problem", how="outer", suffixes=("_a", "_b")).sort_values("problem")
     out["ratio"] = out.speedup_b / out.speedup_a
     out["difference"] = [_difference(r) for r in out.itertuples()]
-    return out[COLUMNS].reset_index(drop=True)
+    out = out[COLUMNS].reset_index(drop=True)
+    out.attrs["mismatched"] = {k: [prints[0][k], prints[1][k]] for k in FINGERPRINT if prints[0][k] != prints[1][k]}
+    return out
 
 
 def summary(cmp: pd.DataFrame) -> dict:
@@ -74,6 +84,7 @@ def summary(cmp: pd.DataFrame) -> dict:
     return {"problems": len(cmp), "both_passed": len(both),
             "faster": int(counts.get("faster", 0)), "slower": int(counts.get("slower", 0)),
             "within_noise": int(counts.get("within noise", 0)), "not_judged": int(counts.get("not judged", 0)),
+            "same_code": int(counts.get("same code", 0)), "mismatched": cmp.attrs.get("mismatched", {}),
             "only_a_passed": int(((cmp.status_a == "passed") & (cmp.status_b != "passed")).sum()),
             "only_b_passed": int(((cmp.status_b == "passed") & (cmp.status_a != "passed")).sum()),
             "geomean_ratio": float(math.exp(both.ratio.map(math.log).mean())) if len(both) else None}
@@ -95,10 +106,14 @@ def _cells(r) -> list[str]:
 
 def summary_line(s: dict) -> str:
     geo = "-" if s["geomean_ratio"] is None else f"{s['geomean_ratio']:.3f}"
+    apart = "; ".join(f"{k} {' / '.join(map(str, v[0])) or '-'} (A) against {' / '.join(map(str, v[1])) or '-'} (B)"
+                      for k, v in s.get("mismatched", {}).items())
     return (f"{s['problems']} problems, {s['both_passed']} passed by both: B faster on {s['faster']}, slower on "
             f"{s['slower']}, within noise on {s['within_noise']}"
+            + (f", the same code on {s['same_code']}" if s.get("same_code") else "")
             + (f", not judged on {s['not_judged']}" if s["not_judged"] else "")
-            + f"; geomean B/A {geo}; passed by A only {s['only_a_passed']}, by B only {s['only_b_passed']}")
+            + f"; geomean B/A {geo}; passed by A only {s['only_a_passed']}, by B only {s['only_b_passed']}"
+            + (f". Measured apart, so not alike: {apart}" if apart else ""))
 
 
 def render(cmp: pd.DataFrame, console, title: Optional[str] = None) -> None:

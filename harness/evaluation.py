@@ -114,12 +114,17 @@ def evaluate(solution: Union[str, Path], problem: Union[str, Path, Problem], con
     return finish(ctx, None)
 
 
+class DeviceUnavailable(RuntimeError):
+    """The device asked for is not on this machine: the user's to change, not a verdict."""
+
+
 def resolve_device(cfg: Config) -> str:
     if cfg.device != "auto":
         if cfg.device == "cuda":
             import torch
             if not torch.cuda.is_available():
-                raise RuntimeError("--device cuda asked for, but no CUDA device is available")
+                raise DeviceUnavailable("--device cuda asked for, but no CUDA device is available "
+                                        "(leave --device out for this machine's CPU)")
         return cfg.device
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"

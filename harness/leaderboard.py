@@ -25,7 +25,10 @@ FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 STATUS_ORDER = ["passed", "incorrect", "timeout", "runtime_error", "compile_error", "rejected",
                 "interface_error", "no_code", "too_big", "unsupported"]
 COLUMNS = ["run", "label", "problem", "solution", "status", "speedup", "speedup_lo", "speedup_hi", "runtime_ms",
-           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "size", "gpu", "flags", "error"]
+           "ref_runtime_ms", "solution_hash", "problem_hash", "config_hash", "device", "size", "gpu", "torch", "flags",
+           "error"]
+# what a number was measured on, beside it in every exported table (a new user's trial: a CSV lost it)
+FINGERPRINT = ["device", "gpu", "torch", "config_hash"]
 # flags that put a speedup itself in question (docs/record.md): a table marks a best speedup that has one
 CAVEATS = ("reference_contended", "candidate_contended", "cpu_oversubscribed", "no_custom_kernel", "device_not_quiet",
            "excessive_speedup")
@@ -62,7 +65,7 @@ def load_records(runs: Iterable[str | Path], signed_only: bool = False) -> pd.Da
                          "ref_runtime_ms": r.get("ref_runtime_ms"), "solution_hash": r.get("solution_hash"),
                          "problem_hash": r.get("problem_hash"), "config_hash": r.get("config_hash"),
                          "device": r.get("device"), "size": r.get("size"), "gpu": env.get("gpu_name") or env.get("cpu"),
-                         "flags": ",".join(r.get("flags") or []),
+                         "torch": env.get("torch"), "flags": ",".join(r.get("flags") or []),
                          "error": (r.get("error") or "").split("\n", 1)[0]})
     df = pd.DataFrame(rows, columns=COLUMNS + ["order"])
     if df.empty:
@@ -93,15 +96,17 @@ def per_problem(df: pd.DataFrame) -> pd.DataFrame:
     bests = {(r.label, r.problem): r for r in best_passing(df).itertuples(index=False)}
     for (label, problem), g in df.groupby(["label", "problem"], sort=True):
         best = bests.get((label, problem))
+        seen = best if best is not None else next(g.itertuples(index=False))
         rows.append({"label": label, "problem": problem, "status": best_status(g.status),
                      "solutions": len(g), "passed": int((g.status == "passed").sum()),
                      "best_speedup": None if best is None else float(best.speedup),
                      "runtime_ms": None if best is None else best.runtime_ms,
                      "ref_runtime_ms": None if best is None else best.ref_runtime_ms,
                      "best_solution": None if best is None else best.solution,
-                     "size": None if best is None else best.size, "flags": "" if best is None else best.flags})
+                     "size": None if best is None else best.size, "flags": "" if best is None else best.flags,
+                     **{k: getattr(seen, k) for k in FINGERPRINT}})
     return pd.DataFrame(rows, columns=["label", "problem", "status", "solutions", "passed", "best_speedup",
-                                       "runtime_ms", "ref_runtime_ms", "best_solution", "size", "flags"])
+                                       "runtime_ms", "ref_runtime_ms", "best_solution", "size", "flags", *FINGERPRINT])
 
 
 def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.DataFrame:
@@ -126,6 +131,8 @@ def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.Data
         # no problem it could be scored on: no fraction at all, not 0
         row.update({fast_col(p): (float((b > p).sum()) / n if n else None) for p in FAST_P})
         row["geomean_speedup"] = float(math.exp(passed_sp.map(math.log).mean())) if len(passed_sp) else None
+        # where its numbers were measured: every device, hardware, torch and config among its records
+        row.update({k: ";".join(sorted({str(v) for v in mine[k].dropna()})) for k in FINGERPRINT})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -283,8 +290,20 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def measured_on(df: pd.DataFrame) -> str:
+    """One line: every device, hardware, torch and config the rows were measured with."""
+    parts = []
+    for k in FINGERPRINT:
+        vals = sorted({v for cell in df.get(k, pd.Series(dtype=object)).dropna() for v in str(cell).split(";") if v})
+        if vals:
+            parts.append(f"{ {'gpu': 'hardware', 'config_hash': 'config'}.get(k, k)} {', '.join(vals)}")
+    return "Measured on: " + "; ".join(parts) if parts else ""
+
+
 def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
-    return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + "\n\n## Per label\n\n"
+    on = measured_on(pp)
+    return ("# Leaderboard\n\nRuns: " + ", ".join(f"`{r}`" for r in runs) + (f"\n\n{on}" if on else "")
+            + "\n\n## Per label\n\n"
             + md_table(SUMMARY_HEAD, [summary_cells(r) for _, r in summary.iterrows()])
             + "\n## Per problem\n\n"
             + md_table(PROBLEM_HEAD, [problem_cells(r) for _, r in pp.iterrows()])

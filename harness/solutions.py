@@ -56,7 +56,10 @@ def extract_code(text: str) -> tuple[Optional[str], Optional[str]]:
     if candidates:
         return candidates[-1], None
     if not saw_fence:
-        hint = " (the prose mentions class ModelNew, but prose is never run)" if MODELNEW.search(text) else ""
+        hint = ""
+        if MODELNEW.search(text):
+            hint = (" (the whole file is Python: name it .py to have it run as code)" if _parses(text)
+                    else " (the prose mentions class ModelNew, but prose is never run)")
         return None, f"no fenced code block in the response{hint}"
     if open_fence is not None and MODELNEW.search("\n".join(body)):
         return None, f"the code fence opened on line {open_fence[2] + 1} is never closed (response cut off?)"
@@ -65,6 +68,15 @@ def extract_code(text: str) -> tuple[Optional[str], Optional[str]]:
     py_blocks = sum(1 for lang, _ in blocks if lang in PY_LANGS)
     return None, (f"{len(blocks)} fenced block(s) ({py_blocks} python), but none defines class ModelNew"
                   + ("; a later fence is never closed" if open_fence is not None else ""))
+
+
+def _parses(text: str) -> bool:
+    import ast
+    try:
+        ast.parse(text)
+        return True
+    except (SyntaxError, ValueError):
+        return False
 
 
 def load_solution(path: str | Path) -> Solution:

@@ -148,6 +148,11 @@ def test_user_errors_are_one_line_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     r = CliRunner().invoke(main, ["eval", sol, "--problem", "relu_add", "--device", "cpu"])
     assert r.exit_code == 2 and "add --problems tests/problems" in r.output, r.output
+    import torch
+    if not torch.cuda.is_available():  # a GPU asked of a machine without one (a new user's trial)
+        r = CliRunner().invoke(main, ["eval", sol, "--problem", "relu_add", "--problems", "tests/problems",
+                                      "--device", "cuda"])
+        assert r.exit_code == 2 and "no CUDA device" in r.output and "Traceback" not in r.output, r.output
 
 
 def test_the_readmes_python_example_runs_as_written():

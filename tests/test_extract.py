@@ -33,6 +33,15 @@ def test_seed_that_mentions_modelnew_in_prose_says_so():
     assert "prose is never run" in load_solution(seed[0]).reason
 
 
+def test_a_response_that_is_bare_code_says_to_name_it_py(tmp_path):
+    """A .txt holding only Python (no fence) is no code, as KernelBench's extraction has it, and says
+    how to have it run (a new user's trial: the prose hint was wrong for it)."""
+    f = tmp_path / "answer.txt"
+    f.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    sol = load_solution(f)
+    assert sol.code is None and "name it .py" in sol.reason, sol.reason
+
+
 def test_last_block_defining_modelnew_wins():
     text = ("draft:\n" + block("class ModelNew:\n    v = 1") + "final:\n" + block("class ModelNew:\n    v = 2")
             + "usage:\n" + block("m = ModelNew()"))

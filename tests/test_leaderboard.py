@@ -186,6 +186,30 @@ def test_compare_two_runs_per_problem_with_intervals(tmp_path):
     assert table.returncode == 0 and "within noise" in table.stdout and "1.450-1.550" in table.stdout, table.stdout
 
 
+def test_compare_calls_one_code_the_same_and_says_where_the_sides_were_measured_apart(tmp_path):
+    """One solution scored in two runs read 0.172x [0.159-0.182] and 0.134x [0.127-0.143] on a 2-core
+    machine (a new user's trial): compare said B slower. The same code is "same code"; sides measured
+    with other configs or hardware are named in the summary, and every exported table carries them."""
+    from harness.compare import compare, summary, summary_line
+    from harness.leaderboard import label_summary, load_records, markdown, per_problem
+    from harness.records.result import EnvInfo
+    env = EnvInfo(device="cpu", torch="2.13.0", python="3.11", harness="x", hostname="h", cpu="Xeon")
+    a_rec = rec("m", "p1", "passed", 0.172, speedup_ci=(0.159, 0.182), env=env)
+    b_rec = rec("m", "p1", "passed", 0.134, speedup_ci=(0.127, 0.143), env=env)
+    a = write_run(tmp_path / "a", [a_rec.model_copy(update={"solution_hash": "same"})])
+    b = write_run(tmp_path / "b", [b_rec.model_copy(update={"solution_hash": "same", "config_hash": "d"})])
+    c = compare(a, b)
+    assert c.loc[0, "difference"] == "same code"
+    s = summary(c)
+    assert s["slower"] == 0 and s["same_code"] == 1 and s["mismatched"] == {"config_hash": [["c"], ["d"]]}
+    assert "the same code on 1" in summary_line(s) and "config_hash c (A) against d (B)" in summary_line(s)
+    df = load_records([a, b])
+    pp = per_problem(df)
+    assert {"device", "gpu", "torch", "config_hash"} <= set(pp.columns) and pp.loc[0, "torch"] == "2.13.0"
+    assert label_summary(df).loc[0, "config_hash"] == "c;d"
+    assert "Measured on: " in markdown(pp, label_summary(df), [str(a), str(b)]) and "Xeon" in markdown(pp, label_summary(df), [str(a)])
+
+
 def test_tables_fit_an_80_column_terminal_and_cut_nothing(tmp_path):
     """On a narrow terminal the per-label table keeps KernelBench's headline fast_p and wraps the
     statuses; the per-problem table keeps each problem's whole name (folded where longer than the

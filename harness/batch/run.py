@@ -312,13 +312,18 @@ def _close_summary(summary: BatchSummary, t_start: float, pipe: Pipeline, execut
 
 
 def _write_leaderboard(run_dir: Path, summary: BatchSummary, console) -> None:
-    from ..leaderboard import label_summary, load_records, per_problem, render_summary, write_csv
+    from ..leaderboard import CAVEATS, caveated, label_summary, load_records, measured_on, per_problem, render_summary, write_csv
     df = load_records([run_dir], signed_only=True)
     if not df.empty:
         pp, ls = per_problem(df), label_summary(df)
         write_csv(pp, ls, run_dir / "leaderboard.csv")
         render_summary(ls, console, title=f"{run_dir}  ({summary.records} new records, {summary.resumed} earlier, "
                                           f"{len(summary.skipped)} skipped, {summary.wall_s:.0f}s)")
+        console.print(measured_on(df), highlight=False, soft_wrap=True)
+        marked = int(df["flags"].map(caveated).sum())
+        # what a flag on a line above means, where the terminal is all a user reads (a new user's trial)
+        console.print((f"{marked} record(s) with a flag that puts its speedup in question ({', '.join(CAVEATS)}); "
+                       if marked else "") + "every verdict and flag: docs/record.md", highlight=False, soft_wrap=True)
         unsupported = df[df.status == "unsupported"]
         if not unsupported.empty:  # not failures, and out of `solved`: say why they are not counted
             console.print(f"{len(unsupported)} solution(s) need hardware this machine lacks (`unsupported`, "
