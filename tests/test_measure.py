@@ -623,3 +623,27 @@ def test_on_the_cpu_path_a_round_a_side_waited_in_for_a_cpu_is_taken_again(side,
     # re-taken on one side left a cheat's measurement with too few for the wall test, untested
     assert len(m.cand.rounds) >= 6 and len(m.ref.rounds) >= 6, (len(m.cand.rounds), len(m.ref.rounds))
     assert statistics.median(m.cand.times) == statistics.median(m.ref.times) == 1.0
+
+
+def test_the_gpu_is_probed_around_every_reference_round_unless_it_was_busy_from_the_start(monkeypatch):
+    """Each reference round is preceded and followed by the reference's quiet probes (work a frozen
+    candidate left on the GPU: tests/test_gpulock.py); where the GPU was busy with work none of the
+    harness's before the timing began (timed anyway, flagged device_not_quiet), a busy GPU is not the
+    candidate's doing and is not probed for."""
+    import random
+
+    import harness.timing.measure as measuring
+    from harness.records.messages import QuietReply
+    asked = []
+    monkeypatch.setattr(measuring, "_quiet", lambda ref, cfg, max_s, timeout:
+                        asked.append(max_s) or QuietReply(ok=True, quiet_s=0.0004, quiet_probes=3, quiet=True))
+    monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor())
+    cfg = load_config(None, {"timing.min_rounds": 3, "timing.min_calls": 10, "timing.round_calls": 5})
+    run = lambda quiet: measuring.measure(_FakeTimed(1.0, 1980), _FakeTimed(1.0, 1980), cfg, random.Random(0),  # noqa: E731
+                                          cuda=True, tol=cfg.correctness.tol["fp32"], timeout=5, ref_timeout=5,
+                                          gpu_quiet=quiet)
+    m = run(True)
+    assert len(asked) == 2 * m.rounds and m.gpu_left_checks == {"probed": m.rounds}, (len(asked), m.rounds)
+    asked.clear()
+    m = run(False)
+    assert asked == [] and m.gpu_left_checks == {}

@@ -99,7 +99,8 @@ class PairTimer:
                 "budget_s": cfg.timing.budget_s / max(cfg.timing.processes, cfg.timing.processes_max),
                 "hold_us": self.first_hold, "clocked": self.first_clocked}
             return measure(c, r, self.cfg, self.ref.rng, cuda=ctx.cuda, tol=ctx.tol, timeout=cfg.timeouts.run_s,
-                           ref_timeout=cfg.timeouts.problem_s, gpu=self.gpu, **further)
+                           ref_timeout=cfg.timeouts.problem_s, gpu=self.gpu,
+                           gpu_quiet="device_not_quiet" not in self.quiet_flags, **further)
 
     def _late(self) -> bool:
         """Past waiting for a busy GPU: a runaway neighbour's own timeout has fired by now."""

@@ -421,7 +421,7 @@ def _judge_rounds(m: Measurement, t, snaps: tuple, c_reply, r_reply, busy: Optio
     return st_c, st_r
 
 
-def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float, warm: bool = False) -> Optional[bool]:
+def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, gpu: bool, timeout: float, warm: bool = False) -> Optional[bool]:
     """Pause the candidate for the reference's round, on a GPU with nothing of its left running there
     (process/gpulock.py): its CUDA processes locked where the driver will (which waits for the work
     they queued; never, on the driver measured, a timed candidate: CUPTI is attached to it), then in
@@ -430,7 +430,7 @@ def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, cuda: bool, timeout: float,
     A warm-up round's wait is not counted for `gpu_work_after_round` (a reference's first probe may
     load its kernel)."""
     h = cfg.hardening
-    drain = h.gpu_drain_s if cuda and h.gpu_drain_s > 0 else None
+    drain = h.gpu_drain_s if gpu and h.gpu_drain_s > 0 else None
     n = len(getattr(cand, "drained_ms", []))
     cand.pause(drain_gpu_s=drain) if drain is not None else cand.pause()
     if not warm:
@@ -542,7 +542,7 @@ def _steal_since(steal0: dict[int, int]) -> dict[int, float]:
 def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: float,
             ref_timeout: float, gpu: Optional[str] = None, compiled: bool = True, spans: Optional[bool] = None,
             min_rounds: Optional[int] = None, budget_s: Optional[float] = None,
-            hold_us: Optional[float] = None, clocked: Optional[bool] = None) -> Measurement:
+            hold_us: Optional[float] = None, clocked: Optional[bool] = None, gpu_quiet: bool = True) -> Measurement:
     """Alternate candidate and reference rounds (and the torch.compile baseline, when on) until both
     are stable or the budget is spent. `cand` and `ref` are process.worker.Worker objects with built models;
     `gpu` the CUDA_VISIBLE_DEVICES value their GPU is named by, for the parent's NVML readings.
@@ -552,7 +552,10 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
     `min_rounds` and `budget_s`, since its calls are pooled with the others' and what more processes
     buy is their offsets averaged, not more calls; the first pair's `hold_us`, which also skips
     the warm-up round (its processes had theirs, warm_up) unless CUDA graphs are captured; and
-    whether its rounds were clocked (`clocked`, clocked.py; None: decided on the warm-up round)."""
+    whether its rounds were clocked (`clocked`, clocked.py; None: decided on the warm-up round).
+    `gpu_quiet` False: the GPU was busy with work none of the harness's when the timing began (timed
+    anyway, flagged device_not_quiet), so a busy GPU between rounds is not the candidate's doing and
+    its rounds are not checked for it (_leave_gpu_quiet)."""
     # Over 100 lines: one loop whose rounds share a dozen locals (warm-up, restarts, re-takes); the
     # steps that need none of them are the helpers above.
     from ..records.messages import TimeCommand
@@ -634,7 +637,7 @@ def measure(cand, ref, cfg, rng: random.Random, *, cuda: bool, tol, timeout: flo
                 _unclocked(m, files, c_clock)
                 break
             # nothing of the candidate's runs while the reference is timed, on the GPU neither
-            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda, timeout, warm)
+            probe_after = _leave_gpu_quiet(m, cand, ref, cfg, cuda and gpu_quiet, timeout, warm)
             if probe_after is None:
                 break
             try:
