@@ -87,6 +87,21 @@ def main() -> None:
     """Evaluate machine-written GPU kernels against KernelBench-format problems."""
 
 
+@main.command("help", short_help="Show the help of a command: harness help batch.")
+@click.argument("command", nargs=-1)
+@click.pass_context
+def help_cmd(ctx, command) -> None:
+    """The help of COMMAND (`harness help problems check`), or the list of commands."""
+    group, here = main, ctx.parent
+    for name in command:
+        sub = group.get_command(here, name) if isinstance(group, click.Group) else None
+        if sub is None:
+            raise UsageFailed(f"no command {' '.join(command)!r}: `harness help` lists them")
+        here = click.Context(sub, info_name=name, parent=here)
+        group = sub
+    click.echo(group.get_help(here))
+
+
 @main.command("eval", short_help="Score one solution against its problem.")
 @click.argument("solution", type=click.Path(exists=True, dir_okay=False))
 @click.option("--problem", "-p", required=True, help="Problem name under problems/ (or --problems), KernelBench id, or path.")

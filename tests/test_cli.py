@@ -191,3 +191,16 @@ def test_problems_list_shows_the_cpu_preset_when_asked():
         rows[size], = json.loads(r.output)
     assert rows["full"]["inputs"] != rows["small"]["inputs"] and "4096" in json.dumps(rows["small"]["inputs"])
     assert rows["small"]["bytes"] < rows["full"]["bytes"] / 1000
+
+
+def test_help_names_a_commands_help():
+    """`harness help batch` as `harness batch --help` (a new user's first try); an unknown one is a usage error."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    r = CliRunner().invoke(main, ["help", "batch"])
+    assert r.exit_code == 0 and "Usage: harness batch" in r.output, r.output
+    r = CliRunner().invoke(main, ["help", "problems", "check"])
+    assert r.exit_code == 0 and "Usage: harness problems check" in r.output, r.output
+    r = CliRunner().invoke(main, ["help", "nope"])
+    assert r.exit_code == 2 and "harness help" in r.output, r.output
