@@ -198,9 +198,9 @@ def test_help_names_a_commands_help():
     from click.testing import CliRunner
 
     from harness.cli import main
-    r = CliRunner().invoke(main, ["help", "batch"])
+    r = CliRunner().invoke(main, ["help", "batch"], prog_name="harness")
     assert r.exit_code == 0 and "Usage: harness batch" in r.output, r.output
-    r = CliRunner().invoke(main, ["help", "problems", "check"])
+    r = CliRunner().invoke(main, ["help", "problems", "check"], prog_name="harness")
     assert r.exit_code == 0 and "Usage: harness problems check" in r.output, r.output
     r = CliRunner().invoke(main, ["help", "nope"])
     assert r.exit_code == 2 and "harness help" in r.output, r.output
