@@ -71,11 +71,11 @@ def extract_code(text: str) -> tuple[Optional[str], Optional[str]]:
 
 
 def _parses(text: str) -> bool:
-    import ast
+    from .pyast import parse
     try:
-        ast.parse(text)
+        parse(text)
         return True
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError):
         return False
 
 

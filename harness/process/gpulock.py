@@ -12,7 +12,7 @@ submitted, kernels and copies on every stream, has finished (0.1-1 ms on an idle
 of a left kernel otherwise), for a process of another uid in a PID namespace of its own too; it is
 unlocked when the candidate is thawed. The parent loads the driver for it (cuInit makes no context).
 The driver (580) will not lock a process CUPTI has been attached to (CUDA_ERROR_NOT_SUPPORTED;
-bench/diag/gpu_lock_features.py: IPC exports and imports, pinned memory are fine), even after
+bench/results/clock-checks.md, session 47: IPC exports and imports, pinned memory are fine), even after
 cuptiFinalize, and every timed candidate process attaches it in its warm-up round (launch counts,
 kernel spans). So the reference's process also waits for a quiet GPU before every round of its and
 checks again after it (timing/measure.py), locked or not: that is what holds the GPU quiet on this
