@@ -334,12 +334,12 @@ class Worker:
                     pass
                 if self.groups:
                     freeze(self.groups, False)
-                if self._held is not None:
-                    self._held.release()
-                    self._held = None
+                held, self._held = self._held, None
                 self.stopped = False
                 self._stopped_s += time.perf_counter() - self._stopped_at
                 self._stopped_at = None
+                if held is not None:  # last: an unlock refused raises, the worker's state already set
+                    held.release()
 
     def _drain(self, wait_s: float) -> None:
         from . import gpulock
