@@ -19,7 +19,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .leaderboard import FINGERPRINT, best_status, fmt, md_table, load_records
+from .leaderboard import FINGERPRINT, best_status, fingerprint, fmt, md_table, load_records
 
 COLUMNS = ["problem", "status_a", "speedup_a", "lo_a", "hi_a", "status_b", "speedup_b", "lo_b", "hi_b",
            "ratio", "difference"]
@@ -67,7 +67,7 @@ def compare(run_a: str | Path, run_b: str | Path, label_a: Optional[str] = None,
             if df.empty:
                 raise LookupError(f"no records of label {label!r} in {run}")
         sides.append(best_per_problem(df))
-        prints.append({k: sorted(str(v) for v in df[k].dropna().unique()) for k in FINGERPRINT})
+        prints.append(fingerprint(df))
     a, b = sides
     out = a.merge(b, on="problem", how="outer", suffixes=("_a", "_b")).sort_values("problem")
     out["ratio"] = out.speedup_b / out.speedup_a

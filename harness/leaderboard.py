@@ -132,7 +132,7 @@ def label_summary(df: pd.DataFrame, n_problems: Optional[int] = None) -> pd.Data
         row.update({fast_col(p): (float((b > p).sum()) / n if n else None) for p in FAST_P})
         row["geomean_speedup"] = float(math.exp(passed_sp.map(math.log).mean())) if len(passed_sp) else None
         # where its numbers were measured: every device, hardware, torch and config among its records
-        row.update({k: ";".join(sorted({str(v) for v in mine[k].dropna()})) for k in FINGERPRINT})
+        row.update({k: ";".join(vals) for k, vals in fingerprint(mine).items()})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -290,13 +290,16 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def fingerprint(df: pd.DataFrame) -> dict[str, list[str]]:
+    """Per FINGERPRINT column, every value among the rows (a label summary's cells hold several, ";"-joined)."""
+    return {k: sorted({v for cell in df.get(k, pd.Series(dtype=object)).dropna() for v in str(cell).split(";") if v})
+            for k in FINGERPRINT}
+
+
 def measured_on(df: pd.DataFrame) -> str:
     """One line: every device, hardware, torch and config the rows were measured with."""
-    parts = []
-    for k in FINGERPRINT:
-        vals = sorted({v for cell in df.get(k, pd.Series(dtype=object)).dropna() for v in str(cell).split(";") if v})
-        if vals:
-            parts.append(f"{ {'gpu': 'hardware', 'config_hash': 'config'}.get(k, k)} {', '.join(vals)}")
+    parts = [f"{ {'gpu': 'hardware', 'config_hash': 'config'}.get(k, k)} {', '.join(vals)}"
+             for k, vals in fingerprint(df).items() if vals]
     return "Measured on: " + "; ".join(parts) if parts else ""
 
 
@@ -312,8 +315,9 @@ def markdown(pp: pd.DataFrame, summary: pd.DataFrame, runs: list[str]) -> str:
 
 def warn_mixed(df: pd.DataFrame, console) -> None:
     """Speedups from different configs or hardware do not belong in one ranking: say so."""
+    seen = fingerprint(df)
     for col, what in (("config_hash", "configs"), ("gpu", "devices")):
-        vals = sorted(str(v) for v in df[col].dropna().unique())
+        vals = seen[col]
         if len(vals) > 1:
             console.print(f"[yellow]warning[/]: these records come from {len(vals)} {what}: {', '.join(vals[:4])}",
                           highlight=False, soft_wrap=True)

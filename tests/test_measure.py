@@ -47,7 +47,7 @@ def _quiet_gpu(monkeypatch):
     (tests/test_gpulock.py covers the probes)."""
     import harness.timing.measure as measuring
     from harness.records.messages import QuietReply
-    monkeypatch.setattr(measuring, "_quiet", lambda ref, cfg, max_s, timeout:
+    monkeypatch.setattr(measuring, "ask_quiet", lambda ref, batch, max_s, timeout:
                         QuietReply(ok=True, quiet_s=0.0004, quiet_probes=3, quiet=True))
 
 
@@ -635,7 +635,7 @@ def test_the_gpu_is_probed_around_every_reference_round_unless_it_was_busy_from_
     import harness.timing.measure as measuring
     from harness.records.messages import QuietReply
     asked = []
-    monkeypatch.setattr(measuring, "_quiet", lambda ref, cfg, max_s, timeout:
+    monkeypatch.setattr(measuring, "ask_quiet", lambda ref, batch, max_s, timeout:
                         asked.append(max_s) or QuietReply(ok=True, quiet_s=0.0004, quiet_probes=3, quiet=True))
     monkeypatch.setattr(measuring, "GpuMonitor", _steady_monitor())
     cfg = load_config(None, {"timing.min_rounds": 3, "timing.min_calls": 10, "timing.round_calls": 5})

@@ -14,10 +14,10 @@ from typing import Optional
 
 from .. import baselines, cpus
 from ..process.worker import STOP_CREDIT_S, Worker, WorkerDied, WorkerProtocolError, WorkerTimeout, describe_exit
-from ..records.messages import QuietCommand
 from ..records.result import Status
 from ..reference import ReferenceError, ReferenceSession, out_of_memory
 from ..timing.clocks import clock_checks
+from ..timing.monitor import ask_quiet
 from ..timing.measure import Measurement, gpu_summary, measure, pooled, span_choice
 from ..timing.stats import host_bound, pairs_within_budget, process_offset_rel, processes_for, processes_needed, summarize
 from . import baseline
@@ -507,10 +507,7 @@ def _quiet(ref: Worker, ctx: Context, flags: list[str], final: bool) -> bool:
     work they had queued (the reference's process probes it). Whether it is quiet within
     `quiet_max_s`; `final`: it is timed anyway if not (flagged device_not_quiet)."""
     b = ctx.cfg.batch
-    reply, _ = ref.request(QuietCommand(probe_us=b.quiet_probe_us, probes=b.quiet_probes,
-                                max_s=b.quiet_max_s), ctx.cfg.timeouts.problem_s)
-    if not reply.ok:
-        raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
+    reply = ask_quiet(ref, b, b.quiet_max_s, ctx.cfg.timeouts.problem_s)
     ctx.phases.quiet_s += reply.quiet_s or 0.0
     if not reply.quiet and final and "device_not_quiet" not in flags:
         flags.append("device_not_quiet")

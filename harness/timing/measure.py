@@ -21,7 +21,7 @@ from typing import Optional
 
 from ..cgroups import cpu_ns
 from .fingerprint import fingerprints_match
-from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
+from .monitor import (POWER_CAP, SLOWDOWNS, GpuMonitor, ask_quiet, last_cpu, main_thread_ns, round_state, runqueue_wait_ns,
                       steal_jiffies)
 from .stats import WALL_ROUNDS, quantile, summarize
 
@@ -125,7 +125,7 @@ class Measurement:
     drained_ms: list[float] = field(default_factory=list)
     drain_unavailable: Optional[str] = None
     gpu_left_checks: dict = field(default_factory=dict)  # pauses whose candidate was "locked", or "probed"
-    undrained: list[str] = field(default_factory=list)  # its CUDA processes no pause could lock, and why
+    undrained: list[str] = field(default_factory=list)  # why its GPU work could not be waited out (gpu_undrained)
     error: Optional[str] = None
     compile_error: Optional[str] = None
     seconds: float = 0.0
@@ -447,7 +447,7 @@ def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, gpu: bool, timeout: float, 
     if getattr(cand, "drain_locked_all", False):
         m.gpu_left_checks["locked"] = m.gpu_left_checks.get("locked", 0) + 1
     m.gpu_left_checks["probed"] = m.gpu_left_checks.get("probed", 0) + 1
-    q = _quiet(ref, cfg, drain, timeout)
+    q = ask_quiet(ref, cfg.batch, drain, drain + timeout)
     if not warm:
         m.drained_ms.append(q.quiet_s * 1e3)
     if not q.quiet:
@@ -458,23 +458,13 @@ def _leave_gpu_quiet(m: Measurement, cand, ref, cfg, gpu: bool, timeout: float, 
     return True
 
 
-def _quiet(ref, cfg, max_s: float, timeout: float):
-    """The reference's process probes the GPU until it runs nothing else (monitor.quiet_gpu)."""
-    from ..records.messages import QuietCommand
-    b = cfg.batch
-    reply, _ = ref.request(QuietCommand(probe_us=b.quiet_probe_us, probes=b.quiet_probes, max_s=max_s), max_s + timeout)
-    if not reply.ok:
-        raise RuntimeError(f"reference failed while probing the GPU: {reply.error}")
-    return reply
-
-
 def _busy_after(m: Measurement, ref, cfg, timeout: float) -> Optional[str]:
     """Was the GPU running other work (the candidate's, queued behind a copy the probes before the
     round cannot see) when the reference's round ended? Then that round is re-taken (_judge_rounds).
     Busy: a second probe over `quiet_probe_us` (the first after a pause may be slow alone), or
     `gpulock.LEFT_MS` of probing in all."""
     from ..process.gpulock import LEFT_MS
-    q = _quiet(ref, cfg, cfg.hardening.gpu_drain_s, timeout)
+    q = ask_quiet(ref, cfg.batch, cfg.hardening.gpu_drain_s, cfg.hardening.gpu_drain_s + timeout)
     ms = q.quiet_s * 1e3
     slow = (q.quiet_probes or 0) - cfg.batch.quiet_probes
     if q.quiet and ms <= LEFT_MS and slow <= 1:

@@ -151,3 +151,13 @@ def quiet_gpu(torch, probe_us: float, probes: int, max_s: float) -> dict:
         if time.perf_counter() - t0 > max_s:
             break
     return {"quiet_s": time.perf_counter() - t0, "quiet_probes": n, "quiet": run >= probes}
+
+
+def ask_quiet(ref, batch, max_s: float, timeout: float):
+    """The parent's side of quiet_gpu: the reference's process (`ref`, a Worker) probes until the GPU
+    runs nothing else, for at most `max_s` (`batch`: config.Batch's probe settings). Its QuietReply."""
+    from ..records.messages import QuietCommand
+    reply, _ = ref.request(QuietCommand(probe_us=batch.quiet_probe_us, probes=batch.quiet_probes, max_s=max_s), timeout)
+    if not reply.ok:
+        raise RuntimeError(f"reference failed while waiting for a quiet GPU: {reply.error}")
+    return reply
